@@ -1,0 +1,84 @@
+"""Float64 references written independently of the scripts: plain Python loops over time.
+
+Every pure math function of a script (or of benchmarks/) is tested against these.
+"""
+
+import math
+
+import torch
+
+
+def gae_reference(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """GAE with CleanRL's convention, one scalar at a time, in float64.
+
+    dones[t] == 1 means obs[t] begins a new episode, so step t bootstraps from values[t + 1]
+    unless dones[t + 1]; the last step bootstraps from next_value unless next_done.
+    Inputs are (T, B) tensors (next_*: (B,)); returns (T, B) float64 advantages.
+    """
+    r, v, d = (x.double().tolist() for x in (rewards, values, dones))
+    nv, nd = next_value.double().tolist(), next_done.double().tolist()
+    T, B = len(r), len(r[0])
+    adv = [[0.0] * B for _ in range(T)]
+    for b in range(B):
+        running = 0.0
+        for t in reversed(range(T)):
+            if t == T - 1:
+                following_value, following_done = nv[b], nd[b]
+            else:
+                following_value, following_done = v[t + 1][b], d[t + 1][b]
+            alive = 1.0 - following_done
+            delta = r[t][b] + gamma * following_value * alive - v[t][b]
+            running = delta + gamma * gae_lambda * alive * running
+            adv[t][b] = running
+    return torch.tensor(adv, dtype=torch.float64)
+
+
+def ppo_loss_reference(
+    newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns,
+    clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
+):
+    """Clipped PPO loss (CleanRL's form) sample by sample in float64; all inputs are 1-D.
+
+    Returns a dict: loss, policy, value, entropy, approx_kl, clipfrac (python floats).
+    """
+    n = len(newlogprob)
+    lp, olp, ent = newlogprob.double().tolist(), oldlogprob.double().tolist(), entropy.double().tolist()
+    nv, ov = newvalue.double().tolist(), oldvalue.double().tolist()
+    adv, ret = advantages.double().tolist(), returns.double().tolist()
+    if norm_adv:
+        mean = sum(adv) / n
+        std = math.sqrt(sum((a - mean) ** 2 for a in adv) / (n - 1))  # unbiased, like torch.std
+        adv = [(a - mean) / (std + 1e-8) for a in adv]
+    policy = value = entropy_sum = kl = clipped = 0.0
+    for i in range(n):
+        logratio = lp[i] - olp[i]
+        ratio = math.exp(logratio)
+        kl += (ratio - 1.0) - logratio
+        clipped += float(abs(ratio - 1.0) > clip_coef)
+        policy += max(-adv[i] * ratio, -adv[i] * min(max(ratio, 1.0 - clip_coef), 1.0 + clip_coef))
+        if clip_vloss:
+            v_clipped = ov[i] + min(max(nv[i] - ov[i], -clip_coef), clip_coef)
+            value += 0.5 * max((nv[i] - ret[i]) ** 2, (v_clipped - ret[i]) ** 2)
+        else:
+            value += 0.5 * (nv[i] - ret[i]) ** 2
+        entropy_sum += ent[i]
+    policy, value, entropy_mean = policy / n, value / n, entropy_sum / n
+    return {
+        "loss": policy - ent_coef * entropy_mean + vf_coef * value,
+        "policy": policy,
+        "value": value,
+        "entropy": entropy_mean,
+        "approx_kl": kl / n,
+        "clipfrac": clipped / n,
+    }
+
+
+def random_rollout(T, B, seed, done_prob=0.1, dtype=torch.float32):
+    """Random (rewards, values, dones, next_value, next_done) with episode ends, never all zeros."""
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(T, B, generator=g, dtype=dtype)
+    values = torch.randn(T, B, generator=g, dtype=dtype)
+    dones = (torch.rand(T, B, generator=g) < done_prob).to(dtype)
+    next_value = torch.randn(B, generator=g, dtype=dtype)
+    next_done = (torch.rand(B, generator=g) < done_prob).to(dtype)
+    return rewards, values, dones, next_value, next_done
