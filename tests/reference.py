@@ -34,8 +34,18 @@ def gae_reference(rewards, values, dones, next_value, next_done, gamma, gae_lamb
 
 
 def ppo_loss_reference(
-    newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns,
-    clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
+    newlogprob,
+    oldlogprob,
+    entropy,
+    newvalue,
+    oldvalue,
+    advantages,
+    returns,
+    clip_coef,
+    ent_coef,
+    vf_coef,
+    norm_adv,
+    clip_vloss,
 ):
     """Clipped PPO loss (CleanRL's form) sample by sample in float64; all inputs are 1-D.
 

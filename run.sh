@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Reproduce the speed tables: every script pair, every variant, over seeds, then plots/plot.py.
+#   ./run.sh                 full budgets, seeds 1 2 3; adds the --cudagraphs variants where CUDA exists
+#   ./run.sh --quick         short CPU-friendly budgets, seed 1
+# Options: --seeds "1 2"   --only PAIR (e.g. ppo_atari_envpool)   --timesteps N (every run)
+#          --results-dir DIR (default runs)   --no-plot
+# Variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both.
+# A run that fails is recorded in the results file and the table goes on.
+set -uo pipefail
+cd "$(dirname "$0")"
+
+command="./run.sh $*"
+quick=0 seeds="" only="" timesteps="" dir=runs plot=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --seeds) seeds=${2:?}; shift ;;
+    --only) only=${2:?}; shift ;;
+    --timesteps) timesteps=${2:?}; shift ;;
+    --results-dir) dir=${2:?}; shift ;;
+    --no-plot) plot=0 ;;
+    -h | --help) sed -n 2,8p "$0"; exit 0 ;;
+    *) echo "run.sh: error: unknown option '$1' (see ./run.sh --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+py=${PYTHON:-python3}
+[ -n "$seeds" ] || { [ "$quick" = 1 ] && seeds="1" || seeds="1 2 3"; }
+results="$dir/results.jsonl"
+mkdir -p "$dir"
+echo "${command% }" >"$dir/command.txt"
+has_cuda=$($py -c "import torch; print(int(torch.cuda.is_available()))")
+
+# Budgets: --quick is about a minute per run on a 2-core CPU; full runs are for a GPU machine.
+budget() {
+  case "$1:$quick" in
+    ppo_atari_envpool:1) echo "--total-timesteps 16384" ;;
+    ppo_atari_envpool:0) echo "--total-timesteps 500000" ;;
+    ppo_continuous_action:1) echo "--total-timesteps 20480" ;;
+    ppo_continuous_action:0) echo "--total-timesteps 300000" ;;
+    *) echo "" ;;
+  esac
+}
+
+# One run; if it died without writing its results line, write one saying so.
+run() {
+  local script=$1 seed=$2; shift 2
+  local before after
+  before=$(wc -l <"$results" 2>/dev/null || echo 0)
+  echo "+ $py leanrl/$script.py $* --seed $seed"
+  $py "leanrl/$script.py" "$@" --seed "$seed" --results-file "$results"
+  local code=$?
+  after=$(wc -l <"$results" 2>/dev/null || echo 0)
+  if [ "$code" != 0 ] && [ "$before" = "$after" ]; then
+    $py - "$results" "$script" "$seed" "$code" "$*" <<'PY'
+import json, os, platform, sys
+import torch
+path, script, seed, code, flags = sys.argv[1:]
+line = {"script": f"{script}.py", "env_id": None, "seed": int(seed), "compile": "--compile" in flags,
+        "cudagraphs": "--cudagraphs" in flags,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "cpu": platform.processor(), "cpu_count": os.cpu_count(), "torch": torch.__version__, "steps": 0,
+        "sps": None, "wall_s": None, "mean_return": None, "episodes": 0, "status": "error",
+        "message": f"exited {code} without a results line", "mode": "train"}
+with open(path, "a") as f:
+    f.write(json.dumps(line) + "\n")
+PY
+  fi
+  [ "$code" = 0 ] || echo "run.sh: $script seed $seed $* failed (exit $code); going on" >&2
+}
+
+for pair in ppo_atari_envpool ppo_continuous_action; do
+  [ -z "$only" ] || [ "$only" = "$pair" ] || continue
+  [ -f "leanrl/$pair.py" ] && [ -f "leanrl/${pair}_torchcompile.py" ] || continue
+  args=$(budget "$pair")
+  [ -z "$timesteps" ] || args="--total-timesteps $timesteps"
+  for seed in $seeds; do
+    run "$pair" "$seed" $args
+    run "${pair}_torchcompile" "$seed" $args
+    run "${pair}_torchcompile" "$seed" $args --compile
+    if [ "$has_cuda" = 1 ]; then
+      run "${pair}_torchcompile" "$seed" $args --cudagraphs
+      run "${pair}_torchcompile" "$seed" $args --compile --cudagraphs
+    fi
+  done
+done
+
+[ "$plot" = 1 ] && $py plots/plot.py --results "$results"

@@ -1,0 +1,113 @@
+"""plots/plot.py turns results lines into the right table; .ci/run runs the README's test command; lint."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from conftest import ROOT, load_script
+
+plot = load_script("plots/plot.py")
+
+HW = {"device": "cpu", "cpu": "Test CPU", "cpu_count": 2, "torch": "2.13.0"}
+
+
+def result(script, sps, seed=1, compile=False, cudagraphs=False, status="ok", **extra):
+    return {
+        "script": script,
+        "env_id": "Breakout-v5",
+        "seed": seed,
+        "compile": compile,
+        "cudagraphs": cudagraphs,
+        **HW,
+        "steps": 1024,
+        "sps": sps,
+        "wall_s": 1.0,
+        "mean_return": 2.0,
+        "episodes": 3,
+        "status": status,
+        "run_name": f"run{seed}{compile}{sps}",
+        **extra,
+    }
+
+
+def write_results(tmp_path, lines, command="./run.sh --quick"):
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + "not json (a run killed mid-write)\n")
+    (tmp_path / "command.txt").write_text(command + "\n")
+    return path
+
+
+def test_variants_and_pairs_are_named_from_the_results_line():
+    assert plot.variant_of(result("ppo_atari_envpool.py", 1)) == "eager"
+    assert plot.variant_of(result("ppo_atari_envpool_torchcompile.py", 1)) == "twin"
+    line = result("ppo_atari_envpool_torchcompile.py", 1, compile=True, cudagraphs=True)
+    assert plot.variant_of(line) == "twin --compile --cudagraphs"
+    assert plot.pair_of(line) == "ppo_atari_envpool"
+
+
+def test_table_means_seeds_keeps_latest_rerun_and_computes_speedup(tmp_path):
+    lines = [
+        result("ppo_atari_envpool.py", 999.0, seed=1),  # replaced by the re-run below
+        result("ppo_atari_envpool.py", 100.0, seed=1),
+        result("ppo_atari_envpool.py", 300.0, seed=2),
+        result("ppo_atari_envpool_torchcompile.py", 500.0, seed=1, compile=True),
+        result("ppo_atari_envpool_torchcompile.py", 700.0, seed=2, compile=True),
+        result("ppo_atari_envpool_torchcompile.py", 0.0, seed=3, compile=True, status="diverged"),
+        result("ppo_atari_envpool.py", 5.0, seed=1, mode="eval"),  # evaluation runs are no speed figures
+    ]
+    tables = plot.group_runs(plot.read_results(write_results(tmp_path, lines)))
+    (hardware,) = tables
+    assert "Test CPU (2 cores)" in hardware and "torch 2.13.0" in hardware
+    cells = tables[hardware][("ppo_atari_envpool", "Breakout-v5")]
+    assert sorted(cells["eager"].sps) == [100.0, 300.0]
+    assert sorted(cells["twin --compile"].sps) == [500.0, 700.0]
+    ratio, variant = plot.speedup(cells)
+    assert ratio == pytest.approx(600.0 / 200.0) and variant == "twin --compile"
+    table = plot.speed_markdown(tables, plot.failed_runs(plot.read_results(tmp_path / "results.jsonl")))
+    assert "200 ± 141 (n=2)" in table and "3.00x (--compile)" in table
+    assert "./run.sh --quick" in table and "diverged" in table
+
+
+def test_machines_never_share_a_table(tmp_path):
+    gpu = dict(result("ppo_atari_envpool.py", 900.0), device="NVIDIA H100 80GB HBM3", cpu_count=16)
+    tables = plot.group_runs(plot.read_results(write_results(tmp_path, [result("ppo_atari_envpool.py", 90.0), gpu])))
+    assert len(tables) == 2
+
+
+def test_splice_replaces_only_between_markers():
+    text = "head\n<!-- t:start -->\nold\n<!-- t:end -->\ntail\n"
+    assert plot.splice(text, "t", "new") == "head\n<!-- t:start -->\nnew\n<!-- t:end -->\ntail\n"
+    with pytest.raises(SystemExit):
+        plot.splice("no markers", "t", "new")
+
+
+def test_plot_main_writes_table_charts_and_readme(tmp_path):
+    run_dir = tmp_path / "run1False100.0"
+    run_dir.mkdir()
+    (run_dir / "returns.csv").write_text("step,wall_s,return\n10,0.5,1.0\n20,1.0,3.0\n")
+    results = write_results(
+        tmp_path,
+        [result("ppo_atari_envpool.py", 100.0), result("ppo_atari_envpool_torchcompile.py", 150.0, compile=True)],
+    )
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- speed-table:start -->\n<!-- speed-table:end -->\n")
+    plot.main(["--results", str(results), "--out", str(tmp_path / "plots"), "--readme", str(readme)])
+    assert "1.50x" in readme.read_text()
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert pngs == ["returns_cpu-test-cpu-2-cores-torch-2-13-0.png", "speed_cpu-test-cpu-2-cores-torch-2-13-0.png"]
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- test-command:start -->")[1].split("<!-- test-command:end -->")[0]
+    command = [line for line in block.strip().splitlines() if not line.startswith("```")]
+    assert command == ["python3 -m pip install -r requirements/requirements-dev.txt && python3 -m pytest"]
+    assert "README.md" in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff not installed")
+def test_ruff_clean():
+    for cmd in (["ruff", "check", "."], ["ruff", "format", "--check", "."]):
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
