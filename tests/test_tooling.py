@@ -111,3 +111,17 @@ def test_ruff_clean():
     for cmd in (["ruff", "check", "."], ["ruff", "format", "--check", "."]):
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_readme_tricks_section_is_generated_from_the_twins():
+    tricks = load_script("plots/tricks.py")
+    for twin in (ROOT / "leanrl").glob("*_torchcompile.py"):
+        assert tricks.find_tricks(twin), f"{twin.name} has no '# trick:' comment"
+    assert tricks.main(["--check"]) == 0, "README tricks section is stale: run python plots/tricks.py"
+
+
+def test_trick_comments_are_collected_with_their_continuation_lines(tmp_path):
+    script = tmp_path / "x_torchcompile.py"
+    script.write_text("a = 1\n# trick: keep it on the device\n# so no copies\nb = 2  # trick: fuse | ops\nc = 3\n")
+    tricks = load_script("plots/tricks.py")
+    assert tricks.find_tricks(script) == [(2, "keep it on the device so no copies"), (4, "fuse | ops")]
