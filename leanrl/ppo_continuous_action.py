@@ -1,0 +1,588 @@
+"""PPO for continuous actions (CleanRL's ppo_continuous_action): the eager PyTorch baseline.
+
+Run: python leanrl/ppo_continuous_action.py --env-id HalfCheetah-v4 --total-timesteps 1000000
+"""
+
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tqdm
+import tyro
+from torch.distributions.normal import Normal
+
+
+@dataclass
+class Args:
+    exp_name: str = Path(__file__).stem
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model (and the observation-normalisation statistics) at the end of training"""
+    results_file: str = "runs/results.jsonl"
+    """where the run appends its one JSON results line"""
+    measure_burnin: int = 3
+    """iterations left out of the steps/s figure"""
+    eval_checkpoint: str | None = None
+    """evaluate this checkpoint instead of training"""
+    eval_episodes: int = 10
+    """the number of episodes an evaluation plays"""
+
+    # Algorithm specific arguments
+    env_id: str = "HalfCheetah-v4"
+    """the id of the environment (a gymnasium env with a Box action space)"""
+    total_timesteps: int = 1000000
+    """total timesteps of the experiments"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 1
+    """the number of parallel game environments"""
+    num_steps: int = 2048
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 32
+    """the number of mini-batches"""
+    update_epochs: int = 10
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.0
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+class Diverged(Exception):
+    """A loss became NaN or infinite."""
+
+
+def fail(msg):
+    """Bad input: one line on stderr naming the flag, exit code 2, no traceback."""
+    print(f"{Path(__file__).name}: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def looks_like_atari(env_id):
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id or env_id.endswith("-v5")
+
+
+def check_args(args):
+    """Reject bad input before any training (cheap env construction at most)."""
+    if getattr(args, "cudagraphs", False) and not (args.cuda and torch.cuda.is_available()):
+        fail("--cudagraphs needs CUDA, and none is available")
+    if args.measure_burnin < 0:
+        fail(f"--measure-burnin must be >= 0, got {args.measure_burnin}")
+    if args.eval_checkpoint is not None:
+        if not Path(args.eval_checkpoint).is_file():
+            fail(f"--eval-checkpoint {args.eval_checkpoint}: no such file")
+        if args.eval_episodes <= 0:
+            fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
+        return
+    for flag in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
+        if getattr(args, flag) <= 0:
+            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches:
+        fail(
+            f"--num-minibatches {args.num_minibatches} must divide the batch (--num-envs * --num-steps = {batch_size})"
+        )
+    if args.total_timesteps < batch_size:
+        fail(
+            f"--total-timesteps {args.total_timesteps} is smaller than one iteration "
+            f"(--num-envs * --num-steps = {batch_size})"
+        )
+    try:
+        gym.spec(args.env_id)
+    except gym.error.Error:
+        if looks_like_atari(args.env_id):
+            fail(
+                f"--env-id {args.env_id} looks like an Atari id, the wrong family for this script: "
+                "it needs a continuous-action gymnasium env such as HalfCheetah-v4"
+            )
+        fail(f"--env-id {args.env_id} is not a registered gymnasium env (try HalfCheetah-v4)")
+    try:
+        env = gym.make(args.env_id)
+    except Exception as err:
+        fail(f"--env-id {args.env_id} could not be made: {type(err).__name__}: {err}".splitlines()[0])
+    action_space, observation_space = env.action_space, env.observation_space
+    env.close()
+    if not isinstance(action_space, gym.spaces.Box):
+        fail(
+            f"--env-id {args.env_id} has a {type(action_space).__name__} action space, the wrong family for this "
+            "script: it needs continuous (Box) actions, such as HalfCheetah-v4"
+        )
+    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+        fail(
+            f"--env-id {args.env_id} has {observation_space} observations, the wrong family for this script: "
+            "its MLP needs flat vector observations, such as HalfCheetah-v4"
+        )
+
+
+def make_env(env_id, gamma):
+    """CleanRL's wrapper stack; RecordEpisodeStatistics sits inside the normalisation, so it sees raw rewards."""
+
+    def thunk():
+        env = gym.make(env_id)
+        env = gym.wrappers.FlattenObservation(env)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.wrappers.ClipAction(env)
+        env = gym.wrappers.NormalizeObservation(env)
+        # gymnasium 1.x wants the space of the transformed observations
+        clipped = gym.spaces.Box(-10.0, 10.0, env.observation_space.shape, np.float32)
+        env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), clipped)
+        env = gym.wrappers.NormalizeReward(env, gamma=gamma)
+        env = gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
+        return env
+
+    return thunk
+
+
+def make_envs(env_id, gamma, num_envs):
+    # gymnasium 1.x resets a finished env on the *next* step by default; CleanRL's bookkeeping expects the
+    # reset in the same step (the returned obs begins the new episode, the episode's stats are in final_info)
+    return gym.vector.SyncVectorEnv(
+        [make_env(env_id, gamma) for _ in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+
+
+def obs_normalizer(env):
+    """The NormalizeObservation wrapper inside one sub-env's wrapper stack."""
+    while not isinstance(env, gym.wrappers.NormalizeObservation):
+        env = env.env
+    return env
+
+
+def finished_episodes(infos):
+    """(raw episodic return, length) of each episode that ended in this vector step."""
+    final = infos.get("final_info", {})
+    if "episode" not in final:
+        return []
+    ended = np.flatnonzero(final["_episode"])
+    return [(float(final["episode"]["r"][i]), int(final["episode"]["l"][i])) for i in ended]
+
+
+def layer_init(layer, std=2**0.5, bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        act_dim = int(np.prod(envs.single_action_space.shape))
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor_mean = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, act_dim), std=0.01),
+        )
+        # state-independent log standard deviation
+        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
+
+    def get_value(self, x):
+        return self.critic(x)
+
+    def get_action_and_value(self, x, action=None):
+        action_mean = self.actor_mean(x)
+        action_logstd = self.actor_logstd.expand_as(action_mean)
+        action_std = torch.exp(action_logstd)
+        probs = Normal(action_mean, action_std)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
+
+
+def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """Generalized advantage estimation, (T, B) time-major; dones[t] == 1 means obs[t] begins an episode."""
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages
+
+
+def ppo_loss(
+    newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns,
+    clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
+):  # fmt: skip
+    """CleanRL's clipped PPO loss on one minibatch; returns (loss, dict of detached statistics)."""
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    if norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    # Policy loss
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    # Value loss
+    newvalue = newvalue.view(-1)
+    if clip_vloss:
+        v_loss_unclipped = (newvalue - returns) ** 2
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - ent_coef * entropy_loss + v_loss * vf_coef
+    stats = dict(
+        policy=pg_loss.detach(),
+        value=v_loss.detach(),
+        entropy=entropy_loss.detach(),
+        approx_kl=approx_kl,
+        clipfrac=clipfrac,
+    )
+    return loss, stats
+
+
+def update(agent, optimizer, batch, clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm):
+    """One gradient step on a minibatch (obs, actions, logprobs, values, advantages, returns); returns its losses."""
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(batch["obs"], batch["actions"])
+    loss, stats = ppo_loss(
+        newlogprob, batch["logprobs"], entropy, newvalue, batch["values"], batch["advantages"], batch["returns"],
+        clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
+    )  # fmt: skip
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
+    optimizer.step()
+    return dict(loss=loss.detach(), **stats)
+
+
+def cpu_name():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def sps_since_burnin(marks, measure_burnin, iterations_done, steps):
+    """Env steps/s after the burn-in; marks[k] = (wall time, steps) once k iterations were done."""
+    start_time, start_steps = marks[max(0, min(measure_burnin, iterations_done - 1))]
+    elapsed = time.time() - start_time
+    return (steps - start_steps) / elapsed if steps > start_steps and elapsed > 0 else None
+
+
+def finite_or_none(x):
+    return x if x is None or math.isfinite(x) else None
+
+
+def write_results(args, device, **fields):
+    """Append the run's one JSON line to args.results_file."""
+    line = dict(
+        script=Path(__file__).name,
+        env_id=args.env_id,
+        seed=args.seed,
+        compile=getattr(args, "compile", False),
+        cudagraphs=getattr(args, "cudagraphs", False),
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        cpu=cpu_name(),
+        cpu_count=os.cpu_count(),
+        torch=torch.__version__,
+        total_timesteps=args.total_timesteps,
+        time=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    line.update(fields)
+    line["losses"] = {k: finite_or_none(v) for k, v in line.get("losses", {}).items()}
+    path = Path(args.results_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def save_checkpoint(path, args, agent, envs):
+    """Weights plus env 0's observation-normalisation statistics, written atomically."""
+    rms = obs_normalizer(envs.envs[0]).obs_rms
+    checkpoint = {
+        "args": asdict(args),
+        "model": agent.state_dict(),
+        "obs_rms": {
+            "mean": torch.as_tensor(rms.mean),
+            "var": torch.as_tensor(rms.var),
+            "count": float(rms.count),
+        },
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(checkpoint, tmp)
+    os.replace(tmp, path)
+
+
+def evaluate(args, device):
+    """Play args.eval_episodes episodes with the deterministic (mean) action, normalisation frozen."""
+    try:
+        checkpoint = torch.load(args.eval_checkpoint, map_location=device, weights_only=True)
+        train_args, rms = checkpoint["args"], checkpoint["obs_rms"]
+    except Exception as err:
+        fail(f"--eval-checkpoint {args.eval_checkpoint} is not a checkpoint of this script ({type(err).__name__})")
+    args.env_id, args.total_timesteps = train_args["env_id"], 0
+    envs = make_envs(train_args["env_id"], train_args["gamma"], 1)
+    normalizer = obs_normalizer(envs.envs[0])
+    normalizer.obs_rms.mean = rms["mean"].numpy()
+    normalizer.obs_rms.var = rms["var"].numpy()
+    normalizer.obs_rms.count = rms["count"]
+    normalizer.update_running_mean = False
+    agent = Agent(envs).to(device)
+    agent.load_state_dict(checkpoint["model"])
+    run_name = f"{train_args['env_id']}__{args.exp_name}__eval__{args.seed}__{int(time.time())}"
+
+    start_time, steps, returns = time.time(), 0, []
+    next_obs, _ = envs.reset(seed=args.seed)
+    while len(returns) < args.eval_episodes:
+        with torch.no_grad():
+            action = agent.actor_mean(torch.Tensor(next_obs).to(device))
+        next_obs, _, _, _, infos = envs.step(action.cpu().numpy())
+        steps += 1
+        returns += [r for r, _ in finished_episodes(infos)]
+    envs.close()
+    wall = time.time() - start_time
+    print(f"eval of {args.eval_checkpoint}: mean return {np.mean(returns):.1f} over {len(returns)} episodes")
+    write_results(
+        args, device, run_name=run_name, mode="eval", checkpoint=args.eval_checkpoint, steps=steps,
+        sps=steps / wall, wall_s=wall, mean_return=float(np.mean(returns)), episodes=len(returns),
+        status="ok", losses={}, message=None,
+    )  # fmt: skip
+
+
+def main(args):
+    check_args(args)
+    # CleanRL's published numbers use the -v4 MuJoCo envs: silence gymnasium's "out of date" note
+    warnings.filterwarnings("ignore", message=".*is out of date", category=DeprecationWarning)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if args.eval_checkpoint is not None:
+        return evaluate(args, device)
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = Path(args.results_file).parent / run_name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            config=vars(args),
+            name=run_name,
+            sync_tensorboard=False,
+        )
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # env setup
+    envs = make_envs(args.env_id, args.gamma, args.num_envs)
+    agent = Agent(envs).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    # ALGO Logic: Storage setup
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+
+    # run bookkeeping: the results line is written in `finally`, also when the run fails
+    start_time = time.time()
+    global_step, iterations_done, episode_returns, losses = 0, 0, [], {}
+    marks = [(start_time, 0)]
+    status, message = "ok", None
+    returns_csv = (run_dir / "returns.csv").open("w")
+    returns_csv.write("step,wall_s,return\n")
+    try:
+        next_obs, _ = envs.reset(seed=args.seed)
+        next_obs = torch.Tensor(next_obs).to(device)
+        next_done = torch.zeros(args.num_envs).to(device)
+        pbar = tqdm.trange(1, args.num_iterations + 1, desc=Path(__file__).stem, unit="it")
+        for iteration in pbar:
+            # Annealing the rate if instructed to do so.
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                lrnow = frac * args.learning_rate
+                optimizer.param_groups[0]["lr"] = lrnow
+
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                dones[step] = next_done
+
+                # ALGO LOGIC: action logic
+                with torch.no_grad():
+                    action, logprob, _, value = agent.get_action_and_value(next_obs)
+                    values[step] = value.flatten()
+                actions[step] = action
+                logprobs[step] = logprob
+
+                # TRY NOT TO MODIFY: execute the game and log data.
+                next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                next_done = np.logical_or(terminations, truncations)
+                rewards[step] = torch.tensor(reward).to(device).view(-1)
+                next_obs, next_done = torch.Tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
+
+                for episodic_return, episodic_length in finished_episodes(infos):
+                    episode_returns.append(episodic_return)
+                    returns_csv.write(f"{global_step},{time.time() - start_time:.3f},{episodic_return}\n")
+                    if args.track:
+                        wandb.log(
+                            {"charts/episodic_return": episodic_return, "charts/episodic_length": episodic_length},
+                            step=global_step,
+                        )
+
+            # bootstrap value if not done
+            with torch.no_grad():
+                next_value = agent.get_value(next_obs).flatten()
+                advantages = gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+                returns = advantages + values
+
+            # flatten the batch
+            b = dict(
+                obs=obs.reshape((-1,) + envs.single_observation_space.shape),
+                actions=actions.reshape((-1,) + envs.single_action_space.shape),
+                logprobs=logprobs.reshape(-1),
+                advantages=advantages.reshape(-1),
+                returns=returns.reshape(-1),
+                values=values.reshape(-1),
+            )
+
+            # Optimizing the policy and value network
+            b_inds = np.arange(args.batch_size)
+            for _epoch in range(args.update_epochs):
+                np.random.shuffle(b_inds)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
+                    stats = update(
+                        agent, optimizer, {k: v[mb_inds] for k, v in b.items()}, args.clip_coef, args.ent_coef,
+                        args.vf_coef, args.norm_adv, args.clip_vloss, args.max_grad_norm,
+                    )  # fmt: skip
+                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+                    break
+
+            # log point: read the last minibatch's losses once per iteration, and stop on a non-finite one
+            losses = {k: float(v) for k, v in stats.items()}
+            for name, value in losses.items():
+                if not math.isfinite(value):
+                    raise Diverged(f"loss diverged at step {global_step}: {name}={value}")
+            iterations_done = iteration
+            if len(marks) <= args.measure_burnin:
+                marks.append((time.time(), global_step))
+            sps = sps_since_burnin(marks, args.measure_burnin, iterations_done, global_step)
+            recent = np.mean(episode_returns[-100:]) if episode_returns else float("nan")
+            pbar.set_postfix(sps=f"{sps or 0:.0f}", ret=f"{recent:.1f}")
+            if args.track:
+                wandb.log(
+                    {
+                        "charts/learning_rate": float(optimizer.param_groups[0]["lr"]),
+                        "charts/SPS": sps or 0.0,
+                        **{f"losses/{k}": v for k, v in losses.items()},
+                    },
+                    step=global_step,
+                )
+
+        if args.save_model:
+            model_path = run_dir / f"{args.exp_name}.pt"
+            save_checkpoint(model_path, args, agent, envs)
+            print(f"model saved to {model_path}")
+    except KeyboardInterrupt:
+        status, message = "interrupted", "interrupted by the user"
+    except Diverged as err:
+        status, message = "diverged", str(err)
+        print(f"{Path(__file__).name}: {message}", file=sys.stderr)
+    except Exception as err:
+        status, message = "error", f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        returns_csv.close()
+        envs.close()
+        write_results(
+            args, device, run_name=run_name, mode="train", steps=global_step,
+            sps=sps_since_burnin(marks, args.measure_burnin, iterations_done, global_step),
+            wall_s=time.time() - start_time,
+            mean_return=float(np.mean(episode_returns[-100:])) if episode_returns else None,
+            episodes=len(episode_returns), status=status, losses=losses, message=message,
+        )  # fmt: skip
+        if args.track:
+            wandb.finish()
+    if status == "interrupted":
+        sys.exit(130)
+    if status == "diverged":
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
