@@ -416,9 +416,9 @@ def evaluate(args, device):
 
 
 def main(args):
-    check_args(args)
     # CleanRL's published numbers use the -v4 MuJoCo envs: silence gymnasium's "out of date" note
     warnings.filterwarnings("ignore", message=".*is out of date", category=DeprecationWarning)
+    check_args(args)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     if args.eval_checkpoint is not None:
         return evaluate(args, device)

@@ -426,9 +426,9 @@ def evaluate(args, device):
 
 
 def main(args):
-    check_args(args)
     # CleanRL's published numbers use the -v4 MuJoCo envs: silence gymnasium's "out of date" note
     warnings.filterwarnings("ignore", message=".*is out of date", category=DeprecationWarning)
+    check_args(args)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     if args.eval_checkpoint is not None:
         return evaluate(args, device)
@@ -462,13 +462,13 @@ def main(args):
     envs = make_envs(args.env_id, args.gamma, args.num_envs)
     agent = Agent(envs).to(device)
     # trick: the learning rate is a device tensor annealed in place, so neither a compiled graph nor a CUDA graph
-    # has to be rebuilt for it; capturable Adam keeps its step count on the device so a CUDA graph can replay
-    # optimizer.step() (under torch.compile, the compiler arranges this itself)
+    # has to be rebuilt for it. Capturable Adam keeps its step count on the GPU and reads the lr there, so
+    # optimizer.step() never syncs with the host and a CUDA graph can replay it (torch.compile arranges this itself)
     optimizer = optim.Adam(
         agent.parameters(),
         lr=torch.tensor(args.learning_rate, device=device),
         eps=1e-5,
-        capturable=args.cudagraphs and not args.compile,
+        capturable=device.type == "cuda" and not args.compile,
     )
 
     # trick: torch.compile fuses the many small kernels of the policy step, GAE and the update, and removes most of

@@ -1,0 +1,283 @@
+"""PPO continuous-action pair: the math against float64 references, the twin against the eager script, the
+scripts as subprocesses on CPU (smoke, save and evaluate, bad input, determinism) and learning on
+InvertedPendulum-v4."""
+
+import copy
+import csv
+import types
+
+import gymnasium as gym
+import pytest
+import torch
+import tyro
+from conftest import assert_finite_results_line, load_script, run_script
+from reference import gae_reference, ppo_loss_reference, random_rollout
+from tensordict import TensorDict
+
+EAGER, TWIN = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
+SCRIPTS = [EAGER, TWIN]
+eager, twin = load_script(EAGER), load_script(TWIN)
+MODULES = {EAGER: eager, TWIN: twin}
+
+# a few iterations of a few steps: enough to run every part of a script
+TINY = ["--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "192"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(monkeypatch):
+    # the MLPs are tiny: a second intra-op thread only adds synchronisation, and on a busy 2-core machine it
+    # makes every matmul wait for a core (about 50x slower); one thread keeps the subprocess runs quick and steady
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+# ---------------------------------------------------------------- GAE
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("shape", [(1, 16), (2, 8), (2048, 1), (128, 8)])
+@pytest.mark.parametrize("gamma,gae_lambda", [(0.99, 0.95), (0.9, 1.0)])
+def test_gae_matches_float64_reference(name, shape, gamma, gae_lambda):
+    T, B = shape
+    rewards, values, dones, next_value, next_done = random_rollout(T, B, seed=T * 1000 + B, done_prob=0.3)
+    # episode ends that the recursion reads: dones[1:] inside the rollout, next_done at its end
+    assert dones[1:].sum() + next_done.sum() > 0
+    got = MODULES[name].gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
+    want = gae_reference(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
+    assert got.shape == (T, B) and got.dtype == torch.float32
+    # float32 against float64: over T=2048 the sums (about 1 / (1 - gamma * lambda) terms of size ~1) are
+    # accumulated in a different order by the doubling scan, so allow 1e-4 absolute and relative
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(2048, 4), (128, 8), (5, 3)])
+def test_twin_gae_equals_eager_gae(shape):
+    T, B = shape
+    inputs = random_rollout(T, B, seed=7 + T)
+    got = twin.gae(*inputs, 0.99, 0.95)
+    want = eager.gae(*inputs, 0.99, 0.95)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_twin_gae_compiles_to_the_same_values():
+    inputs = random_rollout(2048, 1, seed=3)
+    compiled = torch.compile(twin.gae)
+    torch.testing.assert_close(compiled(*inputs, 0.99, 0.95), twin.gae(*inputs, 0.99, 0.95), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- PPO loss
+
+
+def loss_inputs(n, seed):
+    """Random minibatch where some ratios and value changes are beyond the clip range 0.2 and some are not."""
+    g = torch.Generator().manual_seed(seed)
+    oldlogprob = torch.randn(n, generator=g) - 2.0
+    newlogprob = oldlogprob + (torch.rand(n, generator=g) - 0.5) * 1.2  # log-ratios in [-0.6, 0.6]
+    entropy = torch.rand(n, generator=g) + 0.5
+    oldvalue = torch.randn(n, generator=g)
+    newvalue = oldvalue + torch.randn(n, generator=g) * 0.4
+    advantages = torch.randn(n, generator=g) * 2.0 + 0.3
+    returns = oldvalue + torch.randn(n, generator=g)
+    return newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("n", [64, 7])
+@pytest.mark.parametrize("norm_adv", [True, False])
+@pytest.mark.parametrize("clip_vloss", [True, False])
+def test_ppo_loss_matches_float64_reference(name, n, norm_adv, clip_vloss):
+    newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns = loss_inputs(n, seed=n)
+    clip_coef, ent_coef, vf_coef = 0.2, 0.01, 0.5
+    ratio = (newlogprob - oldlogprob).exp()
+    assert 0 < ((ratio - 1).abs() > clip_coef).float().mean() < 1, "want clipped and unclipped ratios"
+    assert 0 < ((newvalue - oldvalue).abs() > clip_coef).float().mean() < 1, "want clipped and unclipped values"
+    loss, stats = MODULES[name].ppo_loss(
+        newlogprob, oldlogprob, entropy, newvalue[:, None], oldvalue, advantages, returns,
+        clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
+    )  # fmt: skip
+    want = ppo_loss_reference(
+        newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns,
+        clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
+    )  # fmt: skip
+    assert want["clipfrac"] > 0
+    got = {"loss": loss, **stats}
+    assert set(got) == set(want)
+    for key, value in want.items():
+        assert isinstance(got[key], torch.Tensor), key
+        torch.testing.assert_close(got[key].double(), torch.tensor(value, dtype=torch.float64), msg=key)
+
+
+def test_twin_ppo_loss_equals_eager_ppo_loss():
+    inputs = loss_inputs(64, seed=11)
+    for norm_adv in (True, False):
+        for clip_vloss in (True, False):
+            got_loss, got = twin.ppo_loss(*inputs, 0.2, 0.01, 0.5, norm_adv, clip_vloss)
+            want_loss, want = eager.ppo_loss(*inputs, 0.2, 0.01, 0.5, norm_adv, clip_vloss)
+            torch.testing.assert_close(got_loss, want_loss)
+            torch.testing.assert_close(got, want)
+
+
+# ---------------------------------------------------------------- update
+
+
+SPACES = types.SimpleNamespace(
+    single_observation_space=gym.spaces.Box(-10, 10, (5,)), single_action_space=gym.spaces.Box(-1, 1, (2,))
+)
+HYPER = dict(clip_coef=0.2, ent_coef=0.01, vf_coef=0.5, norm_adv=True, clip_vloss=True, max_grad_norm=0.5)
+
+
+def minibatch(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    logprobs = torch.randn(n, generator=g) - 2.0
+    values = torch.randn(n, generator=g)
+    return TensorDict(
+        obs=torch.randn(n, 5, generator=g),
+        actions=torch.randn(n, 2, generator=g),
+        logprobs=logprobs,
+        values=values,
+        advantages=torch.randn(n, generator=g),
+        returns=values + torch.randn(n, generator=g),
+        batch_size=(n,),
+    )
+
+
+def test_twin_update_equals_eager_update():
+    """Same weights, same minibatches: the twin's update (tensor lr) moves the weights as the eager one does."""
+    torch.manual_seed(0)
+    agent_e = eager.Agent(SPACES)
+    agent_t = twin.Agent(SPACES)
+    agent_t.load_state_dict(agent_e.state_dict())
+    opt_e = torch.optim.Adam(agent_e.parameters(), lr=3e-4, eps=1e-5)
+    opt_t = torch.optim.Adam(agent_t.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
+    for seed in range(3):
+        batch = minibatch(64, seed)
+        want = eager.update(agent_e, opt_e, dict(batch.items()), **HYPER)
+        got = twin.update(agent_t, opt_t, batch, **HYPER)
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(agent_t.state_dict(), agent_e.state_dict())
+
+
+def test_compiled_update_equals_eager_update():
+    """torch.compile(update) on CPU: same losses and the same new parameters as the eager update, step by step."""
+    torch.manual_seed(0)
+    agent = twin.Agent(SPACES)
+    agent_c = copy.deepcopy(agent)
+    opt = torch.optim.Adam(agent.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
+    opt_c = torch.optim.Adam(agent_c.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
+    # one eager step each first, so Adam's state exists and the compiled function is compiled once, not twice
+    for a, o in ((agent, opt), (agent_c, opt_c)):
+        twin.update(a, o, minibatch(64, 0), **HYPER)
+    compiled = torch.compile(twin.update)
+    for seed in range(1, 4):
+        if seed == 2:  # the annealing writes the tensor lr in place: no recompile, and the step uses the new value
+            opt.param_groups[0]["lr"].fill_(1e-4)
+            opt_c.param_groups[0]["lr"].fill_(1e-4)
+        batch = minibatch(64, seed)
+        want = twin.update(agent, opt, batch, **HYPER)
+        got = compiled(agent_c, opt_c, batch, **HYPER)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(agent_c.state_dict(), agent.state_dict(), rtol=1e-5, atol=1e-6)
+    assert not torch.equal(agent.actor_logstd, torch.zeros_like(agent.actor_logstd)), "the update did nothing"
+
+
+# ---------------------------------------------------------------- scripts as subprocesses
+
+
+def check_returns_csv(line, tmp_path):
+    path = tmp_path / line["run_name"] / "returns.csv"
+    rows = list(csv.reader(path.open()))
+    assert rows[0] == ["step", "wall_s", "return"]
+    assert len(rows) - 1 == line["episodes"]
+
+
+VARIANTS = [(EAGER, []), (TWIN, []), (TWIN, ["--compile"])]
+
+
+@pytest.mark.parametrize("name,flags", VARIANTS, ids=["eager", "twin", "twin-compile"])
+def test_smoke_halfcheetah(name, flags, tmp_path):
+    proc, lines = run_script(name, *TINY, *flags, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(lines) == 1
+    line = lines[0]
+    assert_finite_results_line(line, name)
+    assert line["env_id"] == "HalfCheetah-v4" and line["mode"] == "train"
+    assert line["steps"] == 192 and line["compile"] == ("--compile" in flags) and line["cudagraphs"] is False
+    check_returns_csv(line, tmp_path)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_save_model_then_evaluate_checkpoint(name, tmp_path):
+    args = ["--env-id", "InvertedPendulum-v4", *TINY, "--save-model"]
+    proc, lines = run_script(name, *args, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checkpoint_path = tmp_path / lines[0]["run_name"] / f"{name}.pt"
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    assert checkpoint["args"]["env_id"] == "InvertedPendulum-v4"
+    # the observation statistics that evaluation needs were saved, and training did move them
+    rms = checkpoint["obs_rms"]
+    assert rms["count"] > 100 and not torch.allclose(rms["var"], torch.ones_like(rms["var"]))
+
+    proc, lines = run_script(name, "--eval-checkpoint", str(checkpoint_path), "--eval-episodes", "3", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = lines[-1]
+    assert line["mode"] == "eval" and line["status"] == "ok" and line["env_id"] == "InvertedPendulum-v4"
+    assert line["episodes"] == 3 and line["mean_return"] > 0 and line["steps"] > 0
+
+
+BAD_INPUTS = [
+    (["--env-id", "NoSuchEnv-v0"], "--env-id"),
+    (["--env-id", "CartPole-v1"], "--env-id"),  # discrete actions
+    (["--env-id", "Breakout-v5"], "--env-id"),  # an Atari (envpool) id
+    (["--env-id", "ALE/Breakout-v5"], "--env-id"),
+    (["--total-timesteps", "1000"], "--total-timesteps"),  # below one iteration of 2048 steps
+    (["--num-steps", "0"], "--num-steps"),
+    (["--update-epochs", "-1"], "--update-epochs"),
+    (["--num-minibatches", "3"], "--num-minibatches"),  # 2048 is not divisible by 3
+]
+
+
+@pytest.mark.parametrize("args,flag", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_exits_2_with_one_line(args, flag, tmp_path):
+    check_bad_input(EAGER, args, flag, tmp_path)
+
+
+@pytest.mark.parametrize("args,flag", [(["--cudagraphs"], "--cudagraphs"), BAD_INPUTS[2], BAD_INPUTS[4]])
+def test_twin_bad_input_exits_2_with_one_line(args, flag, tmp_path):
+    check_bad_input(TWIN, args, flag, tmp_path)
+
+
+def check_bad_input(name, args, flag, tmp_path):
+    proc, lines = run_script(name, *args, tmp_path=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    stderr_lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(stderr_lines) == 1, proc.stderr
+    assert stderr_lines[0].startswith(f"{name}.py: error: ") and flag in stderr_lines[0], stderr_lines[0]
+    assert "Traceback" not in proc.stderr
+    assert lines == [], "a bad input must not write a results line"
+
+
+@pytest.mark.parametrize("args,flag", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_twin_check_args_rejects_bad_input(args, flag, capsys):
+    """The twin's checks in-process (a subprocess each would only repeat the eager script's runs above)."""
+    cli = tyro.cli(twin.Args, args=args)
+    with pytest.raises(SystemExit) as exit_info:
+        twin.check_args(cli)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"{TWIN}.py: error: ") and flag in err, err
+
+
+def test_eager_is_deterministic(tmp_path):
+    """Same seed, same machine, eager on CPU: the same losses and the same episodes twice."""
+    for d in "ab":
+        (tmp_path / d).mkdir()
+    runs = [run_script(EAGER, "--env-id", "InvertedPendulum-v4", *TINY, tmp_path=tmp_path / d) for d in "ab"]
+    for proc, _ in runs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    (_, [first]), (_, [second]) = runs
+    assert first["episodes"] > 0
+    for key in ("losses", "mean_return", "episodes", "steps"):
+        assert first[key] == second[key], key
+    curves = [(tmp_path / d / line["run_name"] / "returns.csv").read_text() for d, line in zip("ab", (first, second))]
+    assert [row.split(",")[::2] for row in curves[0].splitlines()] == [
+        row.split(",")[::2] for row in curves[1].splitlines()
+    ], "the step and return columns differ"
