@@ -156,10 +156,10 @@ def check_args(args):
             f"--env-id {args.env_id} has a {type(action_space).__name__} action space, the wrong family for this "
             "script: it needs continuous (Box) actions, such as HalfCheetah-v4"
         )
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+    if isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) > 1:
         fail(
-            f"--env-id {args.env_id} has {observation_space} observations, the wrong family for this script: "
-            "its MLP needs flat vector observations, such as HalfCheetah-v4"
+            f"--env-id {args.env_id} has image-like {observation_space.shape} observations, the wrong family for "
+            "this script: its MLP needs vector observations, such as HalfCheetah-v4's"
         )
 
 
@@ -530,6 +530,10 @@ def main(args):
                         agent, optimizer, {k: v[mb_inds] for k, v in b.items()}, args.clip_coef, args.ent_coef,
                         args.vf_coef, args.norm_adv, args.clip_vloss, args.max_grad_norm,
                     )  # fmt: skip
+                    # one host read per minibatch (CleanRL reads its clipfrac here too): stop at the first bad loss
+                    if not math.isfinite(stats["loss"]):
+                        losses = {k: float(v) for k, v in stats.items()}
+                        raise Diverged(f"loss diverged at step {global_step}: loss={losses['loss']}")
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                     break
 

@@ -163,10 +163,10 @@ def check_args(args):
             f"--env-id {args.env_id} has a {type(action_space).__name__} action space, the wrong family for this "
             "script: it needs continuous (Box) actions, such as HalfCheetah-v4"
         )
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+    if isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) > 1:
         fail(
-            f"--env-id {args.env_id} has {observation_space} observations, the wrong family for this script: "
-            "its MLP needs flat vector observations, such as HalfCheetah-v4"
+            f"--env-id {args.env_id} has image-like {observation_space.shape} observations, the wrong family for "
+            "this script: its MLP needs vector observations, such as HalfCheetah-v4's"
         )
 
 
