@@ -10,9 +10,16 @@ as ``FAIL`` and not timed.
 Run::
 
     python benchmarks/rl_ops.py [--quick] [--out benchmarks/results] [--device cpu|cuda] [--reps N]
-                                [--ops gae,vtrace] [--budget SECONDS] [--no-compile]
+                                [--ops gae,vtrace] [--budget SECONDS] [--threads N] [--no-compile]
 
-It writes ``<out>/rl_ops_<device-tag>.md`` and ``.json``, stamped with the machine.
+It writes ``<out>/rl_ops_<device-tag>.md`` and ``.json``, stamped with the machine (device, CPU model,
+cores, torch threads, load average, torch version). On a GPU machine whose commands may run 10 minutes
+at most, run the operators in parts and merge them (compiling every size takes most of the time)::
+
+    python benchmarks/rl_ops.py --device cuda --ops gae,td_lambda --tag cuda_part1
+    python benchmarks/rl_ops.py --device cuda --ops vtrace,upgo --tag cuda_part2
+    python benchmarks/rl_ops.py --device cuda --ops qntd,qntd_rescale,dntd,ppo,lstm,scatter --tag cuda_part3
+    python benchmarks/rl_ops.py --merge benchmarks/results/rl_ops_cuda_part{1,2,3}.json --tag cuda_h100
 
 Conventions shared by every operator
 ------------------------------------
@@ -27,19 +34,22 @@ Conventions shared by every operator
 
 Forms
 -----
-* ``loop``: the straightforward eager code an RL user writes, with the Python loop over time (or over
-  n-step rewards, atoms, entities) that the operator's definition suggests. PPO has no loop: its
-  baseline is CleanRL's eager code with ``torch.distributions.Categorical``.
+* ``loop``: the straightforward eager code a careful RL user writes, with the Python loop that the
+  operator's definition suggests: over time (GAE, TD(lambda), V-trace, UPGO, LSTM), over the n-step
+  rewards (q-value TD) and the atoms (C51), over the batch (scatter). PPO has no loop: its baseline
+  is CleanRL's eager code with ``torch.distributions.Categorical``.
 * ``vectorized``: every vectorized candidate of the operator is checked and timed; the fastest correct
   one is reported (its name is in the notes). The reverse linear recurrences (GAE, TD(lambda),
   V-trace, UPGO) ``x_t = b_t + a_t x_{t+1}`` have these solvers:
   ``doubling`` (recursive doubling: log2(T) steps of ``x_t += A_t x_{t+k}; A_t *= A_{t+k}``),
   ``chunked`` (exact transfer matrices inside chunks of 32 steps, doubling across chunks),
-  ``assoc`` (``torch._higher_order_ops.associative_scan``) and, for GAE, ``cumsum`` (discounted
-  cumulative sum rescaled by powers of gamma*lambda in float64, segmented at episode ends).
-* ``compiled``: a vectorized candidate under ``torch.compile`` (static shapes). On CPU that is
-  ``doubling``; on CUDA both ``doubling`` and ``assoc`` (which inductor lowers to one Triton scan
-  kernel) are compiled and the faster correct one is kept. The LSTM compiles its recurrent cell.
+  ``assoc`` (``torch._higher_order_ops.associative_scan``, its generic mode when eager) and, for GAE,
+  ``cumsum`` (discounted cumulative sum rescaled by powers of gamma*lambda in float64, segmented at
+  episode ends). C51's projection has a ``scatter`` and a dense ``hat`` candidate.
+* ``compiled``: a vectorized candidate under ``torch.compile`` (static shapes, one compile per size).
+  On CPU the recurrences compile ``doubling`` and C51 ``scatter``; on CUDA ``doubling`` and ``assoc``
+  (which inductor lowers to one Triton scan kernel), and C51 ``scatter`` and ``hat``, are all compiled
+  and the fastest correct one is kept. The LSTM compiles its recurrent cell (the loop stays Python).
 * ``compiled+cudagraph`` (CUDA only): the compiled step, forward and backward, captured once in a
   ``torch.cuda.CUDAGraph`` and replayed.
 """
@@ -216,7 +226,8 @@ def reverse_scan_assoc(a, b, last):
     from torch._higher_order_ops.associative_scan import associative_scan
 
     a, b = _fold_last(a, b, last)
-    mode = "pointwise" if b.is_cuda else "generic"  # pointwise needs CUDA
+    # pointwise mode needs CUDA and, run eagerly, would compile itself; the eager candidate stays generic
+    mode = "pointwise" if b.is_cuda and torch.compiler.is_compiling() else "generic"
     return associative_scan(_compose, (a, b), dim=0, reverse=True, combine_mode=mode)[1]
 
 
@@ -468,8 +479,8 @@ def c51_project_loop(probs, reward_sum, discount, v_min=C51_VMIN, v_max=C51_VMAX
         pos = ((tz - v_min) / dz).clamp(0, atoms - 1)
         lower = pos.floor().clamp(max=atoms - 2)
         w_upper = pos - lower
-        target = target.index_put((rows, lower.long()), probs[:, j] * (1 - w_upper), accumulate=True)
-        target = target.index_put((rows, lower.long() + 1), probs[:, j] * w_upper, accumulate=True)
+        target.index_put_((rows, lower.long()), probs[:, j] * (1 - w_upper), accumulate=True)
+        target.index_put_((rows, lower.long() + 1), probs[:, j] * w_upper, accumulate=True)
     return target
 
 
@@ -721,8 +732,8 @@ def lstm_loop(x, h0, c0, *params):
         wx, wh, bias, gxw, gxb, ghw, ghb = params[layer * LSTM_PARAMS_PER_LAYER : (layer + 1) * LSTM_PARAMS_PER_LAYER]
         h, c = h0[layer], c0[layer]
         outputs = []
-        for t in range(x.shape[0]):
-            gate = F.layer_norm(x[t] @ wx, (wx.shape[1],), gxw, gxb) + F.layer_norm(h @ wh, (wh.shape[1],), ghw, ghb)
+        for x_t in x.unbind(0):  # not x[t]: each indexing would cost a full-size zero gradient in the backward
+            gate = F.layer_norm(x_t @ wx, (wx.shape[1],), gxw, gxb) + F.layer_norm(h @ wh, (wh.shape[1],), ghw, ghb)
             gate = gate + bias
             i, f, o, u = gate.chunk(4, dim=1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(u)
@@ -749,8 +760,8 @@ def lstm_vectorized(x, h0, c0, *params, cell=lstm_cell):
         gx = gx.view(T, B, -1)
         h, c = h0[layer], c0[layer]
         outputs = []
-        for t in range(T):
-            h, c = cell(gx[t], h, c, wh, ghw, ghb)
+        for gx_t in gx.unbind(0):
+            h, c = cell(gx_t, h, c, wh, ghw, ghb)
             outputs.append(h)
         x = torch.stack(outputs)
         hs.append(h)
@@ -768,23 +779,23 @@ def scatter_loop(features, locations, height=SCATTER_H, width=SCATTER_W):
 
     features: (B, M, N) for M entities with N channels; locations: (B, M, 2) integer (y, x) cells of
     a height x width map. out[b, :, y, x] = sum of features[b, m] over entities m at (y, x).
-    Returns (B, N, height, width); gradient flows into features. One entity at a time.
+    Returns (B, N, height, width); gradient flows into features. One sample of the batch at a time.
     """
     B, M, N = features.shape
     flat = locations[..., 0] * width + locations[..., 1]
-    rows = torch.arange(B, device=features.device)
-    out = features.new_zeros(B, height * width, N)
-    for m in range(M):
-        out = out.index_put((rows, flat[:, m]), features[:, m], accumulate=True)
-    return out.transpose(1, 2).reshape(B, N, height, width)
+    # unbind rather than features[b]: each indexing would cost a full-size zero gradient in the backward
+    maps = [
+        features.new_zeros(height * width, N).index_add(0, i, f) for f, i in zip(features.unbind(0), flat.unbind(0))
+    ]
+    return torch.stack(maps).transpose(1, 2).unflatten(2, (height, width))  # a channels-last view
 
 
 def scatter_vectorized(features, locations, height=SCATTER_H, width=SCATTER_W):
-    """scatter_loop's definition as one scatter-add over the flattened map."""
+    """scatter_loop's definition as one scatter-add over the flattened map, channels first (no transpose)."""
     B, M, N = features.shape
-    flat = (locations[..., 0] * width + locations[..., 1]).unsqueeze(2).expand(B, M, N)
-    out = features.new_zeros(B, height * width, N).scatter_add(1, flat, features)
-    return out.transpose(1, 2).reshape(B, N, height, width)
+    flat = (locations[..., 0] * width + locations[..., 1]).unsqueeze(1).expand(B, N, M)
+    out = features.new_zeros(B, N, height * width).scatter_add_(2, flat, features.transpose(1, 2))  # in place: no copy
+    return out.view(B, N, height, width)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1043,6 +1054,14 @@ def time_call(fn, device, budget_s=1.0, max_reps=100, min_reps=3):
         fn()
     _sync(device)
     reps = int(max(min_reps, min(max_reps, budget_s / max(one, 1e-6))))
+    if one > budget_s:  # a slow form: its warm call counts as a sample (a second warm-up would buy nothing)
+        rest, _ = _timed_reps(fn, device, min_reps - 1)
+        return statistics.median([one * 1e6, *rest]), min_reps
+    times, reps = _timed_reps(fn, device, reps)
+    return statistics.median(times), reps
+
+
+def _timed_reps(fn, device, reps):
     times = []
     if device.type == "cuda":
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
@@ -1057,7 +1076,7 @@ def time_call(fn, device, budget_s=1.0, max_reps=100, min_reps=3):
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times), reps
+    return times, reps
 
 
 def cuda_graph_step(step):
@@ -1113,8 +1132,17 @@ def machine_info(device):
         "cuda": torch.version.cuda if device.type == "cuda" else None,
         "python": platform.python_version(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average_at_start": _load_average(),
     }
     return info
+
+
+def _load_average():
+    """1-minute load average (other processes share the CPU: worth knowing when reading CPU times)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def device_tag(device):
@@ -1242,9 +1270,13 @@ def _cell(form):
 
 def machine_line(info):
     device = info["device"] if info["device"] != "cpu" else "CPU only"
+    load = info.get("load_average_at_start")
     return (
-        f"Measured on {device}; CPU {info['cpu']} ({info['cpu_count']} cores, {info['torch_threads']} torch threads); "
-        f"torch {info['torch']}" + (f", CUDA {info['cuda']}" if info.get("cuda") else "") + f"; {info['date']}."
+        f"Measured on {device}; CPU {info['cpu']} ({info['cpu_count']} cores, {info['torch_threads']} torch threads"
+        + (f", load average {load} at start" if load is not None else "")
+        + f"); torch {info['torch']}"
+        + (f", CUDA {info['cuda']}" if info.get("cuda") else "")
+        + f"; {info['date']}."
     )
 
 
@@ -1298,12 +1330,44 @@ def parse_args(argv=None):
     p.add_argument("--ops", default=None, help="comma-separated operators (default: all)")
     p.add_argument("--no-compile", action="store_true", help="skip the compiled forms")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--tag", default=None, help="output file suffix (default: the device, e.g. cpu)")
+    p.add_argument("--merge", nargs="+", default=None, help="combine these JSON reports (parts of one run) instead")
     return p.parse_args(argv)
+
+
+def write_report(report, out, tag):
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rl_ops_{tag}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / f"rl_ops_{tag}.md").write_text(to_markdown(report))
+    print(f"wrote {out / f'rl_ops_{tag}.md'} and .json", file=sys.stderr)
+
+
+def merge_reports(paths):
+    """One report from several parts of a run (e.g. --ops splits on a GPU with a per-command time limit)."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    devices = {part["machine"]["device"] for part in parts}
+    if len(devices) != 1:
+        raise ValueError(f"--merge: parts come from different devices {sorted(devices)}")
+    order = {(op, size): i for i, (op, size, *_) in enumerate(benchmark_sizes(False, None))}
+    rows = sorted(
+        (row for part in parts for row in part["rows"]), key=lambda r: order.get((r["operator"], r["size"]), 1e9)
+    )
+    return {
+        "machine": parts[0]["machine"],
+        "command": " + ".join(part["command"] for part in parts),
+        "wall_s": sum(part["wall_s"] for part in parts),
+        "rows": rows,
+    }
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.merge:
+        report = merge_reports(args.merge)
+        write_report(report, args.out, args.tag or Path(args.merge[0]).stem.removeprefix("rl_ops_").split("_part")[0])
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: CUDA is not available on this machine", file=sys.stderr)
         return 2
@@ -1314,6 +1378,8 @@ def main(argv=None):
         print(f"--ops: unknown operator(s) {unknown}; known: {sorted(known)}", file=sys.stderr)
         return 2
     device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     configure_compile()
     start = time.perf_counter()
     info = machine_info(device)
@@ -1332,12 +1398,9 @@ def main(argv=None):
         "wall_s": time.perf_counter() - start,
         "rows": rows,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tag = args.tag or device_tag(device)
-    (out / f"rl_ops_{tag}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / f"rl_ops_{tag}.md").write_text(to_markdown(report))
-    print(f"wrote {out / f'rl_ops_{tag}.md'} and .json ({report['wall_s']:.0f} s)", file=sys.stderr)
+    report["machine"]["load_average_at_end"] = _load_average()
+    write_report(report, args.out, args.tag or device_tag(device))
+    print(f"total {report['wall_s']:.0f} s", file=sys.stderr)
     return 0
 
 
