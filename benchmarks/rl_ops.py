@@ -65,7 +65,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -135,8 +135,21 @@ HPC_RL_V100 = [
 ]
 # The csv's operator names, for matching this table against it.
 CSV_NAMES = {"td_lambda": "TD-lambda"}
-# leanrl's extra sizes: HPC_RL has no T=1024 row for these recurrences, and the 10x claim is at T=1024.
-EXTRA_SIZES = [("td_lambda", "T=1024,B=64"), ("vtrace", "T=1024,B=64,N=16"), ("upgo", "T=1024,B=64,N=16")]
+# leanrl's extra sizes: HPC_RL has no T=1024 row for these recurrences, and the 10x claim is at T=1024
+# (B as in HPC_RL's GAE rows). vtrace_returns / upgo_returns are the recurrences alone (targets from
+# given ratios and values, as IMPALA's from_importance_weights), without the softmax and the loss.
+EXTRA_SIZES = [
+    ("td_lambda", "T=1024,B=16"),
+    ("td_lambda", "T=1024,B=64"),
+    ("vtrace", "T=1024,B=16,N=16"),
+    ("vtrace", "T=1024,B=64,N=16"),
+    ("vtrace_returns", "T=1024,B=16"),
+    ("vtrace_returns", "T=1024,B=64"),
+    ("upgo", "T=1024,B=16,N=16"),
+    ("upgo", "T=1024,B=64,N=16"),
+    ("upgo_returns", "T=1024,B=16"),
+    ("upgo_returns", "T=1024,B=64"),
+]
 QUICK_SIZES = [
     ("gae", "T=16,B=16"),
     ("gae", "T=64,B=8"),
@@ -145,7 +158,9 @@ QUICK_SIZES = [
     ("qntd_rescale", "T=4,B=16,N=8"),
     ("dntd", "T=4,B=16,N=8"),
     ("vtrace", "T=16,B=8,N=6"),
+    ("vtrace_returns", "T=16,B=8"),
     ("upgo", "T=16,B=8,N=6"),
+    ("upgo_returns", "T=16,B=8"),
     ("ppo", "B=16,N=16"),
     ("lstm", "seq_len=4,B=2"),
     ("scatter", "B=4,M=8,N=16"),
@@ -525,21 +540,53 @@ def dntd_vectorized(dist, next_n_dist, action, next_n_action, reward, done, weig
 # ---------------------------------------------------------------------------------------------------
 
 
-def _vtrace_parts(target_logits, behaviour_logits, actions, values, dones, next_value, next_done, gamma, lam):
+def vtrace_returns_loop(
+    log_rhos, rewards, values, dones, next_value, next_done, gamma=0.99, lam=1.0, rho_bar=1.0, c_bar=1.0
+):
+    """V-trace targets from log importance ratios log(pi/mu) (T, B), as IMPALA's from_importance_weights.
+
+    rho_t = min(rho_bar, pi/mu), c_t = lambda min(c_bar, pi/mu), gamma_t = gamma m_t (episode ends),
+    vs_t = V_t + delta_t + gamma_t c_t (vs_{t+1} - V_{t+1}),  delta_t = rho_t (r_t + gamma_t V_{t+1} - V_t),
+    vs_T = V_T = next_value; policy advantage rho_t (r_t + gamma_t vs_{t+1} - V_t).
+    Forward only (targets). Returns (vs, policy advantages), both (T, B).
+    """
+    ratio = torch.exp(log_rhos)
+    rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
+    discount = gamma * (1.0 - _following(dones, next_done))
+    T = rewards.shape[0]
+    vs = [None] * T
+    correction = torch.zeros_like(next_value)  # vs_{t+1} - V_{t+1}
+    for t in reversed(range(T)):
+        following_value = next_value if t == T - 1 else values[t + 1]
+        delta = rho[t] * (rewards[t] + discount[t] * following_value - values[t])
+        correction = delta + discount[t] * c[t] * correction
+        vs[t] = values[t] + correction
+    vs = torch.stack(vs)
+    return vs, rho * (rewards + discount * _following(vs, next_value) - values)
+
+
+def vtrace_returns_vectorized(
+    log_rhos, rewards, values, dones, next_value, next_done,
+    gamma=0.99, lam=1.0, rho_bar=1.0, c_bar=1.0, scan="doubling",
+):  # fmt: skip
+    """vtrace_returns_loop's definition with vs - V as one reverse scan."""
+    ratio = torch.exp(log_rhos)
+    rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
+    discount = gamma * (1.0 - _following(dones, next_done))
+    delta = rho * (rewards + discount * _following(values, next_value) - values)
+    vs = values + SCANS[scan](discount * c, delta, torch.zeros_like(next_value))
+    return vs, rho * (rewards + discount * _following(vs, next_value) - values)
+
+
+def _vtrace_loss(target_logits, behaviour_logits, actions, values, returns_fn, vf_coef, ent_coef):
     logp_all = F.log_softmax(target_logits, dim=-1)
     logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     behaviour_logp = F.log_softmax(behaviour_logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    ratio = torch.exp(logp.detach() - behaviour_logp)
-    v = values.detach()
-    discount = gamma * (1.0 - _following(dones, next_done))
-    return logp_all, logp, ratio, v, discount
-
-
-def _vtrace_loss(logp_all, logp, values, vs, pg_adv, vf_coef, ent_coef):
+    vs, pg_adv = returns_fn(logp.detach() - behaviour_logp, values.detach())
     entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
     pg_loss = -(logp * pg_adv).mean()
     value_loss = 0.5 * ((vs - values) ** 2).mean()
-    return pg_loss + vf_coef * value_loss - ent_coef * entropy
+    return pg_loss + vf_coef * value_loss - ent_coef * entropy, vs, pg_adv
 
 
 def vtrace_loop(
@@ -548,28 +595,15 @@ def vtrace_loop(
 ):  # fmt: skip
     """IMPALA's V-trace actor-critic loss (rho-bar = c-bar = 1 by default).
 
-    Logits (T, B, N) of the learner (gradient) and of the behaviour policy, actions (T, B).
-    rho_t = min(rho_bar, pi/mu), c_t = lambda min(c_bar, pi/mu), gamma_t = gamma m_t (episode ends),
-    vs_t = V_t + delta_t + gamma_t c_t (vs_{t+1} - V_{t+1}),  delta_t = rho_t (r_t + gamma_t V_{t+1} - V_t),
-    vs_T = V_T = next_value; policy advantage rho_t (r_t + gamma_t vs_{t+1} - V_t).
+    Logits (T, B, N) of the learner (gradient) and of the behaviour policy, actions (T, B); targets vs and
+    policy advantages as in vtrace_returns_loop with pi/mu from the two policies at the actions.
     loss = -mean(log pi(a_t) adv_t) + vf_coef 0.5 mean((vs_t - V_t)^2) - ent_coef mean(entropy_t);
     gradient flows into target_logits and values. Returns (loss, vs, policy advantages).
     """
-    logp_all, logp, ratio, v, discount = _vtrace_parts(
-        target_logits, behaviour_logits, actions, values, dones, next_value, next_done, gamma, lam
+    returns_fn = lambda log_rhos, v: vtrace_returns_loop(
+        log_rhos, rewards, v, dones, next_value, next_done, gamma, lam, rho_bar, c_bar
     )
-    rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
-    T = rewards.shape[0]
-    vs = [None] * T
-    correction = torch.zeros_like(next_value)  # vs_{t+1} - V_{t+1}
-    for t in reversed(range(T)):
-        following_value = next_value if t == T - 1 else v[t + 1]
-        delta = rho[t] * (rewards[t] + discount[t] * following_value - v[t])
-        correction = delta + discount[t] * c[t] * correction
-        vs[t] = v[t] + correction
-    vs = torch.stack(vs)
-    pg_adv = rho * (rewards + discount * _following(vs, next_value) - v)
-    return _vtrace_loss(logp_all, logp, values, vs, pg_adv, vf_coef, ent_coef), vs, pg_adv
+    return _vtrace_loss(target_logits, behaviour_logits, actions, values, returns_fn, vf_coef, ent_coef)
 
 
 def vtrace_vectorized(
@@ -577,14 +611,10 @@ def vtrace_vectorized(
     gamma=0.99, lam=1.0, rho_bar=1.0, c_bar=1.0, vf_coef=0.5, ent_coef=0.01, scan="doubling",
 ):  # fmt: skip
     """V-trace (same definition as vtrace_loop) with vs - V as one reverse scan."""
-    logp_all, logp, ratio, v, discount = _vtrace_parts(
-        target_logits, behaviour_logits, actions, values, dones, next_value, next_done, gamma, lam
+    returns_fn = lambda log_rhos, v: vtrace_returns_vectorized(
+        log_rhos, rewards, v, dones, next_value, next_done, gamma, lam, rho_bar, c_bar, scan=scan
     )
-    rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
-    delta = rho * (rewards + discount * _following(v, next_value) - v)
-    vs = v + SCANS[scan](discount * c, delta, torch.zeros_like(next_value))
-    pg_adv = rho * (rewards + discount * _following(vs, next_value) - v)
-    return _vtrace_loss(logp_all, logp, values, vs, pg_adv, vf_coef, ent_coef), vs, pg_adv
+    return _vtrace_loss(target_logits, behaviour_logits, actions, values, returns_fn, vf_coef, ent_coef)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -592,25 +622,22 @@ def vtrace_vectorized(
 # ---------------------------------------------------------------------------------------------------
 
 
-def _upgo_follow(rewards, v, discount, next_value):
+def _upgo_follow(rewards, values, discount, next_value):
     """lambda_t = 1 where the next step's action looks at least average: r_{t+1} + gamma_{t+1} V_{t+2} >= V_{t+1}."""
-    following_v = _following(v, next_value)
-    better = (rewards[1:] + discount[1:] * following_v[1:] >= v[1:]).to(rewards.dtype)
+    following_v = _following(values, next_value)
+    better = (rewards[1:] + discount[1:] * following_v[1:] >= values[1:]).to(rewards.dtype)
     return torch.cat([better, torch.ones_like(better[:1])]), following_v
 
 
-def upgo_loop(target_logits, rhos, actions, rewards, values, dones, next_value, next_done, gamma=0.99):
-    """AlphaStar's upgoing policy update (UPGO) policy loss.
+def upgo_returns_loop(rewards, values, dones, next_value, next_done, gamma=0.99):
+    """AlphaStar's upgoing returns (forward only; targets).
 
-    Logits (T, B, N) (gradient), rhos (T, B) clipped importance ratios, actions (T, B).
     G_t = r_t + gamma_t ((1 - lambda_t) V_{t+1} + lambda_t G_{t+1}), G_T = V_T = next_value, with
     lambda_t = [r_{t+1} + gamma_{t+1} V_{t+2} >= V_{t+1}] (1 at the last step): the return keeps
-    following the trajectory while the next action is at least as good as the value.
-    loss = -mean(rho_t (G_t - V_t) log pi(a_t)). Returns (loss, G (T, B)).
+    following the trajectory while the next action is at least as good as the value. Returns G (T, B).
     """
-    v = values.detach()
     discount = gamma * (1.0 - _following(dones, next_done))
-    follow, following_v = _upgo_follow(rewards, v, discount, next_value)
+    follow, following_v = _upgo_follow(rewards, values, discount, next_value)
     T = rewards.shape[0]
     returns = [None] * T
     following_return = next_value
@@ -618,21 +645,37 @@ def upgo_loop(target_logits, rhos, actions, rewards, values, dones, next_value, 
         blend = (1 - follow[t]) * following_v[t] + follow[t] * following_return
         following_return = rewards[t] + discount[t] * blend
         returns[t] = following_return
-    returns = torch.stack(returns)
+    return torch.stack(returns)
+
+
+def upgo_returns_vectorized(rewards, values, dones, next_value, next_done, gamma=0.99, scan="doubling"):
+    """upgo_returns_loop's definition as one reverse scan."""
+    discount = gamma * (1.0 - _following(dones, next_done))
+    follow, following_v = _upgo_follow(rewards, values, discount, next_value)
+    return SCANS[scan](discount * follow, rewards + discount * (1 - follow) * following_v, next_value)
+
+
+def _upgo_loss(target_logits, rhos, actions, values, returns):
     logp = F.log_softmax(target_logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    return -(rhos * (returns - v) * logp).mean(), returns
+    return -(rhos * (returns - values.detach()) * logp).mean(), returns
+
+
+def upgo_loop(target_logits, rhos, actions, rewards, values, dones, next_value, next_done, gamma=0.99):
+    """AlphaStar's upgoing policy update (UPGO) policy loss.
+
+    Logits (T, B, N) (gradient), rhos (T, B) clipped importance ratios, actions (T, B), returns G as in
+    upgo_returns_loop. loss = -mean(rho_t (G_t - V_t) log pi(a_t)). Returns (loss, G (T, B)).
+    """
+    returns = upgo_returns_loop(rewards, values.detach(), dones, next_value, next_done, gamma)
+    return _upgo_loss(target_logits, rhos, actions, values, returns)
 
 
 def upgo_vectorized(
     target_logits, rhos, actions, rewards, values, dones, next_value, next_done, gamma=0.99, scan="doubling"
 ):
     """UPGO (same definition as upgo_loop) with the returns as one reverse scan."""
-    v = values.detach()
-    discount = gamma * (1.0 - _following(dones, next_done))
-    follow, following_v = _upgo_follow(rewards, v, discount, next_value)
-    returns = SCANS[scan](discount * follow, rewards + discount * (1 - follow) * following_v, next_value)
-    logp = F.log_softmax(target_logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    return -(rhos * (returns - v) * logp).mean(), returns
+    returns = upgo_returns_vectorized(rewards, values.detach(), dones, next_value, next_done, gamma, scan=scan)
+    return _upgo_loss(target_logits, rhos, actions, values, returns)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -814,7 +857,11 @@ class Operator:
     cuda_compile_candidates: tuple  # candidate names compiled on CUDA
     make_inputs: object  # (dims, generator) -> (args tuple on CPU, grad argnums, cotangent or None)
     notes: str = ""
-    grad_argnums: tuple = field(default=())
+    # max-norm relative tolerance against float64; the LSTM's float32 rounding grows through 256 steps
+    # of 1792-wide products (about 1e-4 of the largest value at 64 steps), so it gets 2e-3
+    tol: float = 1e-4
+    # the size at which forms are checked, when checking at the timed size would cost minutes (LSTM)
+    check_size: object = None
 
 
 def parse_size(size):
@@ -865,19 +912,33 @@ def _vtrace_inputs(d, g):
     return (logits, behaviour, actions, *_rollout(T, B, g)), (0, 4), None
 
 
+def _vtrace_returns_inputs(d, g):
+    T, B = d["T"], d["B"]
+    log_rhos = 0.5 * torch.randn(T, B, generator=g)  # ratios on both sides of 1
+    return (log_rhos, *_rollout(T, B, g)), (), None
+
+
+def _upgo_rollout(T, B, g):
+    """A rollout whose 'r_{t+1} + gamma_{t+1} V_{t+2} >= V_{t+1}' tests are clear of ties, so float32 and
+    the float64 reference take the same branch (the returns are discontinuous there)."""
+    rewards, values, dones, next_value, next_done = _rollout(T, B, g)
+    discount = 0.99 * (1 - torch.cat([dones[1:], next_done[None]]))
+    following_v = torch.cat([values[1:], next_value[None]])
+    margin = rewards[1:] + discount[1:] * following_v[1:] - values[1:]
+    rewards[1:] += torch.where(margin >= 0, 2e-3, -2e-3) * (margin.abs() < 1e-3)
+    return rewards, values, dones, next_value, next_done
+
+
+def _upgo_returns_inputs(d, g):
+    return _upgo_rollout(d["T"], d["B"], g), (), None
+
+
 def _upgo_inputs(d, g):
     T, B, N = d["T"], d["B"], d["N"]
     logits = torch.randn(T, B, N, generator=g)
     rhos = torch.exp(0.3 * torch.randn(T, B, generator=g)).clamp(max=1.0)
     actions = torch.randint(N, (T, B), generator=g)
-    rewards, values, dones, next_value, next_done = _rollout(T, B, g)
-    # Keep every 'r_{t+1} + gamma_{t+1} V_{t+2} >= V_{t+1}' test clear of ties, so float32 and the float64
-    # reference take the same branch (the loss is discontinuous there).
-    discount = 0.99 * (1 - torch.cat([dones[1:], next_done[None]]))
-    following_v = torch.cat([values[1:], next_value[None]])
-    margin = rewards[1:] + discount[1:] * following_v[1:] - values[1:]
-    nudge = torch.where(margin >= 0, 2e-3, -2e-3) * (margin.abs() < 1e-3)
-    rewards[1:] += nudge
+    rewards, values, dones, next_value, next_done = _upgo_rollout(T, B, g)
     return (logits, rhos, actions, rewards, values, dones, next_value, next_done), (0,), None
 
 
@@ -918,6 +979,12 @@ def _lstm_inputs(d, g, input_size=LSTM_INPUT, hidden=LSTM_HIDDEN, layers=LSTM_LA
     params = lstm_params(input_size, hidden, layers, g)
     cotangent = torch.randn(T, B, hidden, generator=g)
     return (x, h0, c0, *params), tuple([0] + list(range(3, 3 + len(params)))), cotangent
+
+
+def _lstm_check_size(size):
+    """Check the LSTM over its first 16 steps: the float64 loop at 256 steps alone takes a minute on CPU."""
+    d = parse_size(size)
+    return f"seq_len={min(d['seq_len'], 16)},B={d['B']}"
 
 
 def _scatter_inputs(d, g):
@@ -962,12 +1029,20 @@ def operators():
             ("doubling",), ("doubling", "assoc"), _vtrace_inputs,
         ),
         Operator(
+            "vtrace_returns", vtrace_returns_loop, _scan_candidates(vtrace_returns_vectorized),
+            ("doubling",), ("doubling", "assoc"), _vtrace_returns_inputs, "recurrence only, forward",
+        ),
+        Operator(
             "upgo", upgo_loop, _scan_candidates(upgo_vectorized), ("doubling",), ("doubling", "assoc"), _upgo_inputs
+        ),
+        Operator(
+            "upgo_returns", upgo_returns_loop, _scan_candidates(upgo_returns_vectorized),
+            ("doubling",), ("doubling", "assoc"), _upgo_returns_inputs, "recurrence only, forward",
         ),
         Operator("ppo", ppo_loop, {"log_softmax": ppo_vectorized}, ("log_softmax",), ("log_softmax",), _ppo_inputs),
         Operator(
             "lstm", lstm_loop, {"hoisted": lstm_vectorized}, ("hoisted",), ("hoisted",), _lstm_inputs,
-            f"input {LSTM_INPUT}, hidden {LSTM_HIDDEN}, {LSTM_LAYERS} layers",
+            f"input {LSTM_INPUT}, hidden {LSTM_HIDDEN}, {LSTM_LAYERS} layers", tol=2e-3, check_size=_lstm_check_size,
         ),
         Operator(
             "scatter", scatter_loop, {"scatter_add": scatter_vectorized}, ("scatter_add",), ("scatter_add",),
@@ -1163,16 +1238,28 @@ def benchmark_sizes(quick, names):
     return [r for r in rows if names is None or r[0] in names]
 
 
-def _form_result(step, reference, device, budget_s, max_reps, variant):
-    """Check one form against the reference; time it only if it passes."""
-    try:
-        ok, err = compare(step(), reference)
-    except Exception as exc:  # a form that raises is a failing form, reported, not a crash
-        return {"variant": variant, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    if not ok:
-        return {"variant": variant, "ok": False, "error": f"max relative error {err:.2e}"}
-    us, reps = time_call(step, device, budget_s, max_reps)
-    return {"variant": variant, "ok": True, "us": us, "reps": reps, "max_rel_err": err}
+@dataclass
+class Checker:
+    """Checks a form against the float64 reference, then times it only if it passes."""
+
+    reference: tuple
+    device: torch.device
+    budget_s: float
+    max_reps: int
+    tol: float
+
+    def __call__(self, variant, check_run, timed_run=None, outputs=None):
+        """Run check_run and compare its outputs (or `outputs`, a CUDA graph's static ones after the
+        run); then time timed_run (default: check_run, when the check is at the timed size)."""
+        try:
+            result = check_run()
+            ok, err = compare(result if outputs is None else outputs, self.reference, self.tol)
+        except Exception as exc:  # a form that raises is a failing form, reported, not a crash
+            return {"variant": variant, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        if not ok:
+            return {"variant": variant, "ok": False, "error": f"max relative error {err:.2e} > {self.tol:g}"}
+        us, reps = time_call(timed_run or check_run, self.device, self.budget_s, self.max_reps)
+        return {"variant": variant, "ok": True, "us": us, "reps": reps, "max_rel_err": err}
 
 
 def _best(results):
@@ -1181,52 +1268,50 @@ def _best(results):
 
 
 def run_row(op, size, device, args, compiled_cache):
-    inputs, grad_argnums, cotangent = make_inputs(op, size, device, seed=args.seed)
-    ref_args, ref_cot = to_float64(inputs, cotangent)
-    reference = make_step(op.loop, ref_args, grad_argnums, ref_cot)()
-    budget, reps = args.budget, args.reps
-    forms = {
-        "loop": _form_result(
-            make_step(op.loop, inputs, grad_argnums, cotangent), reference, device, budget, reps, "loop"
-        )
-    }
-    candidates = [
-        _form_result(make_step(fn, inputs, grad_argnums, cotangent), reference, device, budget, reps, name)
-        for name, fn in op.candidates.items()
-    ]
+    """Check and time every form of operator op at one size; returns {form: result}."""
+    check_size = op.check_size(size) if op.check_size else size
+    built = {s: make_inputs(op, s, device, seed=args.seed) for s in dict.fromkeys([check_size, size])}
+    ref_args, ref_cot = to_float64(built[check_size][0], built[check_size][2])
+    check = Checker(
+        make_step(op.loop, ref_args, built[check_size][1], ref_cot)(), device, args.budget, args.reps, op.tol
+    )
+
+    def steps_of(fn):
+        """(step at the check size, step at the timed size, or None where the sizes are the same)."""
+        check_step = make_step(fn, *built[check_size])
+        return check_step, (make_step(fn, *built[size]) if size != check_size else None)
+
+    forms = {"loop": check("loop", *steps_of(op.loop))}
+    candidates = [check(name, *steps_of(fn)) for name, fn in op.candidates.items()]
     forms["vectorized"] = dict(_best(candidates), candidates=candidates)
     if args.no_compile:
         return forms
     names = op.cuda_compile_candidates if device.type == "cuda" else op.compile_candidates
     compiled, steps = [], {}
     for name in names:
-        key = (op.name, name)
-        if key not in compiled_cache:
-            compiled_cache[key] = compile_form(op, name)
-        steps[name] = make_step(compiled_cache[key], inputs, grad_argnums, cotangent)
+        if (op.name, name) not in compiled_cache:
+            compiled_cache[op.name, name] = compile_form(op, name)
+        steps[name] = steps_of(compiled_cache[op.name, name])
         t0 = time.perf_counter()
-        result = _form_result(steps[name], reference, device, budget, reps, name)
+        result = check(name, *steps[name])
         result["compile_check_time_s"] = time.perf_counter() - t0
         compiled.append(result)
     best = _best(compiled)
     forms["compiled"] = dict(best, candidates=compiled)
     if device.type == "cuda" and best["ok"]:
-        forms["cudagraph"] = _cudagraph_result(steps[best["variant"]], reference, device, budget, reps, best["variant"])
+        forms["cudagraph"] = _cudagraph_result(check, steps[best["variant"]], best["variant"])
     return forms
 
 
-def _cudagraph_result(step, reference, device, budget_s, max_reps, variant):
-    """The compiled step captured in a CUDA graph: check the replay's outputs, then time replays."""
+def _cudagraph_result(check, steps, variant):
+    """The compiled step captured in a CUDA graph: a replay checked at the check size, replays timed."""
+    check_step, timed_step = steps
     try:
-        replay, static_outputs = cuda_graph_step(step)
-        replay()
-        ok, err = compare(static_outputs, reference)
+        check_replay, static_outputs = cuda_graph_step(check_step)
+        timed_replay = cuda_graph_step(timed_step)[0] if timed_step is not None else None
     except Exception as exc:
         return {"variant": variant, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    if not ok:
-        return {"variant": variant, "ok": False, "error": f"max relative error {err:.2e}"}
-    us, reps = time_call(replay, device, budget_s, max_reps)
-    return {"variant": variant, "ok": True, "us": us, "reps": reps, "max_rel_err": err}
+    return check(variant, check_replay, timed_replay, outputs=static_outputs)
 
 
 def summarize(op_name, size, pt, fused, forms):

@@ -34,6 +34,8 @@ SIZES = {
     "dntd": ["T=3,B=4,N=3", "T=5,B=6,N=4"],
     "vtrace": ["T=33,B=3,N=4", "T=40,B=4,N=5"],
     "upgo": ["T=33,B=3,N=4", "T=40,B=4,N=5"],
+    "vtrace_returns": ["T=33,B=3", "T=40,B=4"],
+    "upgo_returns": ["T=33,B=3", "T=40,B=4"],
     "ppo": ["B=8,N=3", "B=20,N=6"],
     "lstm": ["seq_len=3,B=2", "seq_len=6,B=3"],
     "scatter": ["B=2,M=5,N=3", "B=3,M=12,N=4"],
@@ -146,58 +148,61 @@ def log_softmax_reference(logits):
     return logits - torch.log(torch.exp(logits).sum(-1, keepdim=True))
 
 
-def vtrace_reference(target_logits, behaviour_logits, actions, rewards, values, dones, next_value, next_done):
-    """IMPALA (Espeholt et al. 2018), eq. 1, with rho-bar = c-bar = lambda = 1, per (t, b)."""
+def vtrace_targets_reference(log_rhos, rewards, values, dones, next_value, next_done):
+    """IMPALA (Espeholt et al. 2018), eq. 1 with rho-bar = c-bar = lambda = 1, scalar by scalar:
+    (vs, policy advantages) in float64."""
     T, B = rewards.shape
-    logits = f64(target_logits).detach().requires_grad_(True)
-    v64 = f64(values).detach().requires_grad_(True)
-    logp = log_softmax_reference(logits)
-    blogp = log_softmax_reference(f64(behaviour_logits))
-    V = values.double().tolist()
-    lp, blp = logp.detach(), blogp
+    lr, r, V = log_rhos.double().tolist(), rewards.double().tolist(), values.double().tolist()
     vs = torch.zeros(T, B, dtype=torch.float64)
     adv = torch.zeros(T, B, dtype=torch.float64)
     for b in range(B):
+        disc = [GAMMA * (1 - float(dones[t + 1, b])) for t in range(T - 1)] + [GAMMA * (1 - float(next_done[b]))]
+        value = [V[t][b] for t in range(T)] + [float(next_value[b])]
         following = 0.0  # vs_{t+1} - V_{t+1}
         for t in reversed(range(T)):
-            ratio = math.exp(float(lp[t, b, actions[t, b]]) - float(blp[t, b, actions[t, b]]))
-            rho = c = min(1.0, ratio)
-            d_next = float(next_done[b]) if t == T - 1 else float(dones[t + 1, b])
-            v_next = float(next_value[b]) if t == T - 1 else V[t + 1][b]
-            disc = GAMMA * (1 - d_next)
-            following = rho * (float(rewards[t, b]) + disc * v_next - V[t][b]) + disc * c * following
-            vs[t, b] = V[t][b] + following
+            rho = c = min(1.0, math.exp(lr[t][b]))
+            following = rho * (r[t][b] + disc[t] * value[t + 1] - value[t]) + disc[t] * c * following
+            vs[t, b] = value[t] + following
         for t in range(T):
-            ratio = math.exp(float(lp[t, b, actions[t, b]]) - float(blp[t, b, actions[t, b]]))
-            d_next = float(next_done[b]) if t == T - 1 else float(dones[t + 1, b])
             vs_next = float(next_value[b]) if t == T - 1 else float(vs[t + 1, b])
-            adv[t, b] = min(1.0, ratio) * (float(rewards[t, b]) + GAMMA * (1 - d_next) * vs_next - V[t][b])
+            adv[t, b] = min(1.0, math.exp(lr[t][b])) * (r[t][b] + disc[t] * vs_next - value[t])
+    return vs, adv
+
+
+def vtrace_reference(target_logits, behaviour_logits, actions, rewards, values, dones, next_value, next_done):
+    logits = f64(target_logits).detach().requires_grad_(True)
+    v64 = f64(values).detach().requires_grad_(True)
+    logp = log_softmax_reference(logits)
     logp_a = logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    blogp_a = log_softmax_reference(f64(behaviour_logits)).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    vs, adv = vtrace_targets_reference(logp_a.detach() - blogp_a, rewards, values, dones, next_value, next_done)
     entropy = -(logp.exp() * logp).sum(-1).mean()
     loss = -(logp_a * adv).mean() + 0.5 * 0.5 * ((vs - v64) ** 2).mean() - 0.01 * entropy
     return (loss, vs, adv), torch.autograd.grad(loss, [logits, v64])
 
 
-def upgo_reference(target_logits, rhos, actions, rewards, values, dones, next_value, next_done):
-    """AlphaStar's UPGO: G_t = r_t + gamma_t (G_{t+1} if Q_{t+1} >= V_{t+1} else V_{t+1}), per (t, b)."""
+def upgo_returns_reference(rewards, values, dones, next_value, next_done):
+    """AlphaStar's UPGO: G_t = r_t + gamma_t (G_{t+1} if Q_{t+1} >= V_{t+1} else V_{t+1}), scalar by scalar."""
     T, B = rewards.shape
-    r, v = rewards.double(), values.double()
+    r, v = rewards.double().tolist(), values.double().tolist()
     returns = torch.zeros(T, B, dtype=torch.float64)
     for b in range(B):
         # gamma_t (zero when obs[t + 1] starts a new episode) and V_t for t = 0..T (V_T = next_value)
         disc = [GAMMA * (1 - float(dones[t + 1, b])) for t in range(T - 1)] + [GAMMA * (1 - float(next_done[b]))]
-        value = [float(v[t, b]) for t in range(T)] + [float(next_value[b])]
+        value = [v[t][b] for t in range(T)] + [float(next_value[b])]
         g = value[T]
         for t in reversed(range(T)):
-            if t == T - 1:
-                follow = True
-            else:
-                follow = float(r[t + 1, b]) + disc[t + 1] * value[t + 2] >= value[t + 1]
-            g = float(r[t, b]) + disc[t] * (g if follow else value[t + 1])
+            follow = t == T - 1 or r[t + 1][b] + disc[t + 1] * value[t + 2] >= value[t + 1]
+            g = r[t][b] + disc[t] * (g if follow else value[t + 1])
             returns[t, b] = g
+    return returns
+
+
+def upgo_reference(target_logits, rhos, actions, rewards, values, dones, next_value, next_done):
+    returns = upgo_returns_reference(rewards, values, dones, next_value, next_done)
     logits = f64(target_logits).detach().requires_grad_(True)
     logp_a = log_softmax_reference(logits).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    loss = -(f64(rhos) * (returns - v) * logp_a).mean()
+    loss = -(f64(rhos) * (returns - f64(values)) * logp_a).mean()
     return (loss, returns), torch.autograd.grad(loss, [logits])
 
 
@@ -281,6 +286,10 @@ def reference(op_name, args, cotangent):
         return lstm_reference(*args, cotangent=cotangent)
     if op_name == "scatter":
         return scatter_reference(*args, cotangent)
+    if op_name == "vtrace_returns":
+        return vtrace_targets_reference(*args), ()
+    if op_name == "upgo_returns":
+        return (upgo_returns_reference(*args),), ()
     return {"dntd": dntd_reference, "vtrace": vtrace_reference, "upgo": upgo_reference, "ppo": ppo_reference}[op_name](
         *args
     )
@@ -333,7 +342,7 @@ def test_form_matches_float64_reference(op_name, size, form):
 
 
 def test_inputs_have_episode_ends_and_are_not_trivial():
-    for op_name in ("gae", "td_lambda", "vtrace", "upgo"):
+    for op_name in ("gae", "td_lambda", "vtrace", "upgo", "vtrace_returns", "upgo_returns"):
         for size in SIZES[op_name]:
             args, _, _ = inputs_for(op_name, size)
             dones = args[-3]
@@ -434,7 +443,7 @@ def test_hpc_rl_table_matches_the_anchor_csv():
         rows = [(r["operator"], r["size"], int(r["pytorch_us"]), int(r["hpc_rl_us"])) for r in csv.DictReader(fh)]
     ours = [(rl_ops.CSV_NAMES.get(op, op), size, pt, fused) for op, size, pt, fused in rl_ops.HPC_RL_V100]
     assert sorted(ours) == sorted(rows)
-    assert {op for op, *_ in rl_ops.HPC_RL_V100} == set(OPS)
+    assert {op for op, *_ in rl_ops.HPC_RL_V100} | {"vtrace_returns", "upgo_returns"} == set(OPS)
 
 
 def test_every_benchmark_size_builds_valid_inputs():
