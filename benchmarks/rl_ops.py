@@ -1402,7 +1402,9 @@ def to_markdown(report):
 
 
 def _ratio(x):
-    return "—" if x is None else (f"{x:.1f}x" if x < 100 else f"{x:,.0f}x")
+    if x is None:
+        return "—"
+    return f"{x:.2g}x" if x < 1 else (f"{x:.1f}x" if x < 100 else f"{x:,.0f}x")
 
 
 def parse_args(argv=None):
