@@ -473,8 +473,8 @@ def main(args):
 
     # trick: torch.compile fuses the many small kernels of the policy step, GAE and the update, and removes most of
     # their Python overhead; CudaGraphModule records each as a CUDA graph and replays it with one launch. The
-    # non-tensor arguments are bound with partial: a CUDA graph takes only tensors. The warmup calls let the
-    # compiler finish (the update recompiles once, when Adam's state appears) before the graph is recorded.
+    # non-tensor arguments are bound with partial: a CUDA graph takes only tensors. The warmup calls run before the
+    # graph is recorded, so the compiler has finished and Adam has made its state by then.
     policy, gae_fn, update_fn = agent.get_action_and_value, gae, update
     if args.compile:
         policy, gae_fn, update_fn = torch.compile(policy), torch.compile(gae_fn), torch.compile(update_fn)

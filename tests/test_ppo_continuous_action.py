@@ -297,8 +297,7 @@ def test_eager_is_deterministic(tmp_path):
 
 
 # ---------------------------------------------------------------- learning
-# InvertedPendulum-v4 with CleanRL's default hyper-parameters (no overrides): the best return is 1000 (1000 steps
-# balanced), a random policy gets about 8.
+# InvertedPendulum-v4: the best return is 1000 (1000 steps balanced), a random policy gets about 8.
 
 
 def learn(name, flags, steps, seed, tmp_path):
@@ -312,13 +311,18 @@ def learn(name, flags, steps, seed, tmp_path):
     return line, sum(returns[-10:]) / len(returns[-10:])
 
 
+# CI budget: 20,480 steps with 512-step rollouts (8 minibatches, so still 64 samples each), 40 iterations instead
+# of 10: the same number of gradient steps per env step as CleanRL's defaults, updated more often.
+QUICK = ["--num-steps", "512", "--num-minibatches", "8"]
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_learns_inverted_pendulum_in_40k_steps(name, tmp_path):
-    """CI check, 20 iterations. Measured on seeds 1-3: mean of the last 100 episodes 276-314 (eager) and
-    LAST100_TWIN (twin), last 10 episodes 1000 in every run. The bars are far above a random policy's 8."""
-    line, last10 = learn(name, [], 40960, 1, tmp_path)
-    assert line["mean_return"] >= 150, line["mean_return"]
-    assert last10 >= 500, last10
+def test_learns_inverted_pendulum_in_20k_steps(name, tmp_path):
+    """Measured on this budget: mean of the last 100 episodes 183-189 (eager, seeds 1-4) and 180-183 (twin,
+    seeds 1-3); mean of the last 10 episodes 370-1000. The bars are 12x and 25x a random policy's 8."""
+    line, last10 = learn(name, QUICK, 20480, 1, tmp_path)
+    assert line["mean_return"] >= 100, line["mean_return"]
+    assert last10 >= 200, last10
 
 
 @pytest.mark.slow
