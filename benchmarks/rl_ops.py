@@ -16,10 +16,12 @@ It writes ``<out>/rl_ops_<device-tag>.md`` and ``.json``, stamped with the machi
 cores, torch threads, load average, torch version). On a GPU machine whose commands may run 10 minutes
 at most, run the operators in parts and merge them (compiling every size takes most of the time)::
 
-    python benchmarks/rl_ops.py --device cuda --ops gae,td_lambda --tag cuda_part1
+    python benchmarks/rl_ops.py --device cuda --ops gae,td_lambda,vtrace_returns,upgo_returns --tag cuda_part1
     python benchmarks/rl_ops.py --device cuda --ops vtrace,upgo --tag cuda_part2
     python benchmarks/rl_ops.py --device cuda --ops qntd,qntd_rescale,dntd,ppo,lstm,scatter --tag cuda_part3
     python benchmarks/rl_ops.py --merge benchmarks/results/rl_ops_cuda_part{1,2,3}.json --tag cuda_h100
+
+(``--merge`` needs no GPU: it re-renders the table from the parts' JSON.)
 
 Conventions shared by every operator
 ------------------------------------
@@ -39,7 +41,7 @@ Forms
   rewards (q-value TD) and the atoms (C51), over the batch (scatter). PPO has no loop: its baseline
   is CleanRL's eager code with ``torch.distributions.Categorical``.
 * ``vectorized``: every vectorized candidate of the operator is checked and timed; the fastest correct
-  one is reported (its name is in the notes). The reverse linear recurrences (GAE, TD(lambda),
+  one is reported (its name is in the variants column). The reverse linear recurrences (GAE, TD(lambda),
   V-trace, UPGO) ``x_t = b_t + a_t x_{t+1}`` have these solvers:
   ``doubling`` (recursive doubling: log2(T) steps of ``x_t += A_t x_{t+k}; A_t *= A_{t+k}``),
   ``chunked`` (exact transfer matrices inside chunks of 32 steps, doubling across chunks),
@@ -1373,16 +1375,21 @@ def to_markdown(report):
         "Times in microseconds per call (forward + backward where the operator has a gradient), median after "
         "warm-up; HPC_RL's figures are theirs, on a 32 GB V100. Every form was checked against a float64 "
         "reference first; FAIL = wrong result, not timed; n/a = not run on this device. "
-        "Extra sizes (no HPC_RL figure) are leanrl's, to measure the recurrences at T=1024.",
+        "Extra sizes (no HPC_RL figure) are leanrl's, to measure the recurrences at T=1024; vtrace_returns and "
+        "upgo_returns are V-trace's and UPGO's recurrences alone (targets from given ratios and values, forward "
+        "only), without the softmax over actions and the loss that dominate the full operators at B x N = 64 x 16.",
         "",
         "| operator | size | HPC_RL V100 PyTorch us | HPC_RL V100 fused us | "
         + " | ".join(f"{title} us" for _, title in FORM_COLUMNS)
         + " | best / loop | HPC_RL fused / best | variants |",
         "|" + "---|" * (4 + len(FORM_COLUMNS) + 3),
     ]
+    known = operators()
     for r in rows:
         forms = r["forms"]
         variants = ", ".join(f"{k}: {forms[k]['variant']}" for k in ("vectorized", "compiled") if forms.get(k))
+        notes = known[r["operator"]].notes if r["operator"] in known else ""
+        variants += f"; {notes}" if notes else ""
         lines.append(
             f"| {r['operator']} | {r['size']}{' (extra)' if r['extra_size'] else ''} | "
             f"{_us(r['hpc_rl_v100_pytorch_us'])} | {_us(r['hpc_rl_v100_fused_us'])} | "
