@@ -2,7 +2,7 @@
 
     python plots/plot.py                          # runs/results.jsonl -> plots/*.png, plots/speed.md, README table
     python plots/plot.py --results plots/data/*/results.jsonl       # several machines, one table each
-    python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # also splice the operator table
+    python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table
 
 Reads only the results lines that the scripts append (one JSON object per run) and the return curves
 they write next to them (<results dir>/<run_name>/returns.csv), and the command that run.sh records
@@ -246,12 +246,16 @@ def plot_returns(hardware, rows, path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", nargs="+", default=["runs/results.jsonl"], help="results files the scripts wrote")
+    parser.add_argument(
+        "--results", nargs="+", help="results files the scripts wrote (default runs/results.jsonl, none with --rl-ops)"
+    )
     parser.add_argument("--out", default=str(ROOT / "plots"), help="folder for speed.md and the PNGs")
     parser.add_argument("--readme", default=str(ROOT / "README.md"), help="README to splice the tables into")
     parser.add_argument("--no-readme", action="store_true", help="write the files but leave the README alone")
     parser.add_argument("--rl-ops", help="markdown table written by benchmarks/rl_ops.py to splice into the README")
     args = parser.parse_args(argv)
+    if args.results is None:
+        args.results = [] if args.rl_ops else ["runs/results.jsonl"]
 
     readme = Path(args.readme)
     text = readme.read_text() if readme.exists() else ""
