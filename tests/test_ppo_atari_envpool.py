@@ -154,7 +154,7 @@ def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
     twin_agent = copy.deepcopy(agent)
     initial = copy.deepcopy(agent.state_dict())
     eager_optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
-    twin_optimizer = torch.optim.Adam(twin_agent.parameters(), lr=torch.tensor(2.5e-4), eps=1e-5)
+    twin_optimizer = torch.optim.Adam(twin_agent.parameters(), lr=torch.tensor(2.5e-4), eps=1e-5, fused=True)
     eager_update = partial(mods[EAGER].update, agent, eager_optimizer, **hyper)
     twin_update = torch.compile(partial(mods[TWIN].update, twin_agent, twin_optimizer, **hyper))
     for seed in range(3):
