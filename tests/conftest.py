@@ -33,6 +33,7 @@ def load_script(name):
     path = ROOT / (name if name.endswith(".py") else f"leanrl/{name}.py")
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # torch.compile looks a function's globals up through its module
     spec.loader.exec_module(module)
     return module
 
