@@ -131,7 +131,7 @@ def speed_markdown(tables, failures):
         variants = [v for v in VARIANTS if any(v in cells for cells in rows.values())]
         out.append(
             f"Measured on **{hardware}** by `{command}`; steps/s from burn-in to the end, mean ± std over"
-            " seeds (n = seeds), and the mean episodic return at the end of those runs.\n"
+            " seeds (n = seeds).\n"
         )
         out.append("| script | env | steps | " + " | ".join(variants) + " | speed-up |")
         out.append("|---" * (len(variants) + 4) + "|")
@@ -145,13 +145,18 @@ def speed_markdown(tables, failures):
             row.append(f"{ratio:.2f}x ({over.removeprefix('twin ')})" if ratio else "—")
             out.append("| " + " | ".join(row) + " |")
         out.append("")
-        out.append("| script | env | " + " | ".join(f"return: {v}" for v in variants) + " |")
+        out.append("Mean episodic return at the end, and wall seconds of the whole run (compilation included):\n")
+        out.append("| script | env | " + " | ".join(f"{v}: return, wall" for v in variants) + " |")
         out.append("|---" * (len(variants) + 2) + "|")
         for (pair, env_id), cells in sorted(rows.items()):
             row = [f"`{pair}`", env_id]
             for variant in variants:
                 cell = cells.get(variant)
-                row.append(f"{statistics.fmean(cell.returns):.1f}" if cell and cell.returns else "—")
+                if not cell:
+                    row.append("—")
+                    continue
+                ret = f"{statistics.fmean(cell.returns):.1f}" if cell.returns else "—"
+                row.append(f"{ret}, {statistics.fmean(line['wall_s'] for line in cell.runs):.0f} s")
             out.append("| " + " | ".join(row) + " |")
         out.append(
             f"\n![steps/s per variant](plots/speed_{slug(hardware)}.png)"
