@@ -92,3 +92,18 @@ def random_rollout(T, B, seed, done_prob=0.1, dtype=torch.float32):
     next_value = torch.randn(B, generator=g, dtype=dtype)
     next_done = (torch.rand(B, generator=g) < done_prob).to(dtype)
     return rewards, values, dones, next_value, next_done
+
+
+def random_ppo_minibatch(n, seed):
+    """Random PPO-loss inputs: log-ratios in [-0.6, 0.6], so with clip ranges 0.1 or 0.2 many ratios (and
+    value changes) are clipped and some are not; entropies positive. Returns (newlogprob, oldlogprob,
+    entropy, newvalue, oldvalue, advantages, returns), 1-D float32 of length n."""
+    g = torch.Generator().manual_seed(seed)
+    oldlogprob = torch.randn(n, generator=g) - 2.0
+    newlogprob = oldlogprob + (torch.rand(n, generator=g) - 0.5) * 1.2
+    entropy = torch.rand(n, generator=g) + 0.5
+    oldvalue = torch.randn(n, generator=g)
+    newvalue = oldvalue + torch.randn(n, generator=g) * 0.4
+    advantages = torch.randn(n, generator=g) * 2.0 + 0.3
+    returns = oldvalue + torch.randn(n, generator=g)
+    return newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns

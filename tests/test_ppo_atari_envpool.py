@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_finite_results_line, load_script, run_script
-from reference import gae_reference, ppo_loss_reference, random_rollout
+from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
 
 EAGER, TWIN = "ppo_atari_envpool", "ppo_atari_envpool_torchcompile"
 SCRIPTS = (EAGER, TWIN)
@@ -79,24 +79,11 @@ def test_gae_bootstraps_only_where_the_episode_goes_on(mods):
 # ---------------------------------------------------------------- PPO loss
 
 
-def loss_inputs(n, seed):
-    g = torch.Generator().manual_seed(seed)
-    oldlogprob = -torch.rand(n, generator=g) * 3
-    # log-ratios up to +-0.6: many ratios outside [0.9, 1.1] (clipped), some inside
-    newlogprob = oldlogprob + (torch.rand(n, generator=g) - 0.5) * 1.2
-    entropy = torch.rand(n, generator=g) * 1.4
-    oldvalue = torch.randn(n, generator=g)
-    newvalue = oldvalue + torch.randn(n, generator=g) * 0.3
-    advantages = torch.randn(n, generator=g) * 2 + 0.5
-    returns = oldvalue + torch.randn(n, generator=g)
-    return newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns
-
-
 @pytest.mark.parametrize("name", SCRIPTS)
 @pytest.mark.parametrize("norm_adv", [True, False])
 @pytest.mark.parametrize("clip_vloss", [True, False])
 def test_ppo_loss_matches_float64_reference(mods, name, norm_adv, clip_vloss):
-    inputs = loss_inputs(257, seed=int(norm_adv) * 2 + int(clip_vloss))
+    inputs = random_ppo_minibatch(257, seed=int(norm_adv) * 2 + int(clip_vloss))
     ratio = (inputs[0] - inputs[1]).exp()
     clipped = ((ratio - 1).abs() > 0.1).float().mean()
     assert 0.1 < clipped < 0.9, "the input must have clipped and unclipped ratios"
@@ -113,7 +100,7 @@ def test_ppo_loss_matches_float64_reference(mods, name, norm_adv, clip_vloss):
 
 
 def test_ppo_loss_of_the_twin_equals_the_eager_one(mods):
-    inputs = loss_inputs(64, seed=7)
+    inputs = random_ppo_minibatch(64, seed=7)
     for norm_adv in (True, False):
         for clip_vloss in (True, False):
             hyper = (0.2, 0.01, 0.5, norm_adv, clip_vloss)
@@ -124,7 +111,7 @@ def test_ppo_loss_of_the_twin_equals_the_eager_one(mods):
 
 
 def test_ppo_loss_gradient_flows_to_the_new_policy_and_value(mods):
-    newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns = loss_inputs(32, seed=3)
+    newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns = random_ppo_minibatch(32, seed=3)
     newlogprob.requires_grad_(True)
     newvalue.requires_grad_(True)
     entropy.requires_grad_(True)

@@ -11,7 +11,7 @@ import pytest
 import torch
 import tyro
 from conftest import assert_finite_results_line, load_script, run_script
-from reference import gae_reference, ppo_loss_reference, random_rollout
+from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
 from tensordict import TensorDict
 
 EAGER, TWIN = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
@@ -67,25 +67,12 @@ def test_twin_gae_compiles_to_the_same_values():
 # ---------------------------------------------------------------- PPO loss
 
 
-def loss_inputs(n, seed):
-    """Random minibatch where some ratios and value changes are beyond the clip range 0.2 and some are not."""
-    g = torch.Generator().manual_seed(seed)
-    oldlogprob = torch.randn(n, generator=g) - 2.0
-    newlogprob = oldlogprob + (torch.rand(n, generator=g) - 0.5) * 1.2  # log-ratios in [-0.6, 0.6]
-    entropy = torch.rand(n, generator=g) + 0.5
-    oldvalue = torch.randn(n, generator=g)
-    newvalue = oldvalue + torch.randn(n, generator=g) * 0.4
-    advantages = torch.randn(n, generator=g) * 2.0 + 0.3
-    returns = oldvalue + torch.randn(n, generator=g)
-    return newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns
-
-
 @pytest.mark.parametrize("name", SCRIPTS)
 @pytest.mark.parametrize("n", [64, 7])
 @pytest.mark.parametrize("norm_adv", [True, False])
 @pytest.mark.parametrize("clip_vloss", [True, False])
 def test_ppo_loss_matches_float64_reference(name, n, norm_adv, clip_vloss):
-    newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns = loss_inputs(n, seed=n)
+    newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns = random_ppo_minibatch(n, seed=n)
     clip_coef, ent_coef, vf_coef = 0.2, 0.01, 0.5
     ratio = (newlogprob - oldlogprob).exp()
     assert 0 < ((ratio - 1).abs() > clip_coef).float().mean() < 1, "want clipped and unclipped ratios"
@@ -107,7 +94,7 @@ def test_ppo_loss_matches_float64_reference(name, n, norm_adv, clip_vloss):
 
 
 def test_twin_ppo_loss_equals_eager_ppo_loss():
-    inputs = loss_inputs(64, seed=11)
+    inputs = random_ppo_minibatch(64, seed=11)
     for norm_adv in (True, False):
         for clip_vloss in (True, False):
             got_loss, got = twin.ppo_loss(*inputs, 0.2, 0.01, 0.5, norm_adv, clip_vloss)
