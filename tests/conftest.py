@@ -1,12 +1,15 @@
-"""Shared test helpers: load a script as a module, run a script as a subprocess on CPU."""
+"""Shared test helpers: load a script as a module, run a script as a subprocess on CPU, read what a run leaves."""
 
 import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_KEYS = {
@@ -47,8 +50,51 @@ def run_script(name, *args, tmp_path, timeout=900):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
     cmd = [sys.executable, str(ROOT / "leanrl" / f"{name}.py"), "--no-cuda", "--results-file", str(results), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
-    lines = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    lines = [strict_json(line) for line in results.read_text().splitlines()] if results.exists() else []
     return proc, lines
+
+
+def strict_json(text):
+    """json.loads that refuses NaN, Infinity and -Infinity, as strict parsers (and jq, and browsers) do."""
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant} in {text[:200]}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+# the one line every run prints when it ends, e.g. "dqn.py: ok: 5000 steps, 812 steps/s, mean return 21.3 over 40
+# episodes; results: runs/results.jsonl, run folder: runs/CartPole-v1__dqn__1__1763855000" (one line, no break)
+SUMMARY = re.compile(
+    r"^(?P<script>\S+\.py): (?P<status>ok|diverged|interrupted|error): (?P<steps>\d+) steps, "
+    r"(?P<sps>[\d.]+|n/a) steps/s, mean return (?P<mean_return>\S+) over (?P<episodes>\d+) episodes; "
+    r"results: (?P<results>\S+), run folder: (?P<run_dir>\S+)$"
+)
+
+
+def summary_of(stdout):
+    """The run's summary line, parsed; fails unless there is exactly one."""
+    found = [m.groupdict() for m in map(SUMMARY.match, stdout.splitlines()) if m]
+    assert len(found) == 1, f"expected one summary line, got {len(found)} in:\n{stdout[-2000:]}"
+    return found[0]
+
+
+def assert_summary_matches(stdout, line, results_file):
+    """The summary line says what the results line says, and points at the results file and the run folder."""
+    summary = summary_of(stdout)
+    assert summary["script"] == line["script"] and summary["status"] == line["status"]
+    assert int(summary["steps"]) == line["steps"] and int(summary["episodes"]) == line["episodes"]
+    if line["mean_return"] is None:
+        assert summary["mean_return"] == "n/a"
+    else:
+        assert float(summary["mean_return"]) == pytest.approx(line["mean_return"], abs=0.051)
+    if line.get("sps"):
+        assert float(summary["sps"]) == pytest.approx(line["sps"], abs=0.51)
+    assert Path(summary["results"]).resolve() == Path(results_file).resolve()
+    if line.get("mode", "train") == "train":
+        run_dir = Path(summary["run_dir"])
+        assert run_dir.name == line["run_name"] and run_dir.is_dir(), summary
+    return summary
 
 
 def assert_finite_results_line(line, script):
