@@ -13,7 +13,9 @@ Run::
                                 [--ops gae,vtrace] [--budget SECONDS] [--threads N] [--no-compile]
 
 It writes ``<out>/rl_ops_<device-tag>.md`` and ``.json``, stamped with the machine (device, CPU model,
-cores, torch threads, load average, torch version). On a GPU machine whose commands may run 10 minutes
+cores, torch threads, load average, torch version). A full run goes to ``benchmarks/results/`` (committed);
+a ``--quick`` run to ``runs/benchmarks/`` (git-ignored) as ``rl_ops_<device-tag>_quick``, and it never replaces
+a full run's report, wherever ``--out`` points. On a GPU machine whose commands may run 10 minutes
 at most, run the operators in parts and merge them (compiling every size takes most of the time)::
 
     python benchmarks/rl_ops.py --device cuda --ops gae,td_lambda,vtrace_returns,upgo_returns --tag cuda_part1
@@ -73,6 +75,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+# where reports go unless --out says otherwise: full runs are committed, quick ones are scratch
+ROOT = Path(__file__).resolve().parents[1]
+FULL_OUT, QUICK_OUT = "benchmarks/results", "runs/benchmarks"
 
 # HPC_RL's table (forward + backward, 32 GB V100): operator, size, PyTorch us, fused-kernel us.
 # Source: shared/anchors/hpc_rl_v100.csv (HPC_RL README). Their PyTorch side was Python loops timed
@@ -1417,7 +1423,9 @@ def _ratio(x):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a few small sizes per operator")
-    p.add_argument("--out", default="benchmarks/results", help="folder for rl_ops_<device>.md and .json")
+    p.add_argument(
+        "--out", default=None, help=f"folder for rl_ops_<tag>.md/.json (default {FULL_OUT}; --quick: {QUICK_OUT})"
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     p.add_argument("--reps", type=int, default=100, help="most timed repetitions per form")
     p.add_argument("--budget", type=float, default=0.5, help="seconds of timed repetitions aimed at per form")
@@ -1425,13 +1433,23 @@ def parse_args(argv=None):
     p.add_argument("--no-compile", action="store_true", help="skip the compiled forms")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--tag", default=None, help="output file suffix (default: the device, e.g. cpu)")
+    p.add_argument("--tag", default=None, help="file suffix (default: the device, e.g. cpu; cpu_quick with --quick)")
     p.add_argument("--merge", nargs="+", default=None, help="combine these JSON reports (parts of one run) instead")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.out is None:
+        args.out = str(ROOT / (QUICK_OUT if args.quick else FULL_OUT))
+    return args
+
+
+class WouldClobber(Exception):
+    """A quick report would replace a full run's report."""
 
 
 def write_report(report, out, tag):
     out = Path(out)
+    existing = out / f"rl_ops_{tag}.json"
+    if report.get("quick") and existing.exists() and not json.loads(existing.read_text()).get("quick", False):
+        raise WouldClobber(f"{existing} holds a full run; a --quick run does not replace it (choose --out or --tag)")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rl_ops_{tag}.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / f"rl_ops_{tag}.md").write_text(to_markdown(report))
@@ -1450,6 +1468,7 @@ def merge_reports(paths):
     )
     return {
         "machine": parts[0]["machine"],
+        "quick": any(part.get("quick", False) for part in parts),
         "command": " + ".join(part["command"] for part in parts),
         "wall_s": sum(part["wall_s"] for part in parts),
         "rows": rows,
@@ -1460,8 +1479,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.merge:
         report = merge_reports(args.merge)
-        write_report(report, args.out, args.tag or Path(args.merge[0]).stem.removeprefix("rl_ops_").split("_part")[0])
-        return 0
+        tag = args.tag or Path(args.merge[0]).stem.removeprefix("rl_ops_").split("_part")[0]
+        return write_or_refuse(report, args.out, tag)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: CUDA is not available on this machine", file=sys.stderr)
         return 2
@@ -1488,13 +1507,22 @@ def main(argv=None):
         print(f"{op_name:13s} {size:20s} {cells}  ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     report = {
         "machine": info,
+        "quick": args.quick,
         "command": "python benchmarks/rl_ops.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "wall_s": time.perf_counter() - start,
         "rows": rows,
     }
     report["machine"]["load_average_at_end"] = _load_average()
-    write_report(report, args.out, args.tag or device_tag(device))
     print(f"total {report['wall_s']:.0f} s", file=sys.stderr)
+    return write_or_refuse(report, args.out, args.tag or device_tag(device) + ("_quick" if args.quick else ""))
+
+
+def write_or_refuse(report, out, tag):
+    try:
+        write_report(report, out, tag)
+    except WouldClobber as err:
+        print(f"rl_ops.py: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -458,7 +458,27 @@ def test_every_benchmark_size_builds_valid_inputs():
 
 def test_quick_run_writes_well_formed_table_and_json(tmp_path):
     assert rl_ops.main(["--quick", "--out", str(tmp_path), "--no-compile", "--budget", "0.02", "--reps", "5"]) == 0
-    check_outputs(tmp_path, expected_rows=len(rl_ops.QUICK_SIZES), compiled=False)
+    check_outputs(tmp_path, expected_rows=len(rl_ops.QUICK_SIZES), compiled=False, tag="cpu_quick")
+
+
+def test_quick_runs_go_to_scratch_and_never_replace_a_full_report(tmp_path, capsys):
+    # from any working directory, a quick run's default folder is the git-ignored runs/, a full run's the committed one
+    assert Path(rl_ops.parse_args(["--quick"]).out) == ROOT / "runs" / "benchmarks"
+    assert Path(rl_ops.parse_args([]).out) == ROOT / "benchmarks" / "results"
+    full = {"machine": {"device": "cpu"}, "quick": False, "command": "full", "wall_s": 851.0, "rows": []}
+    for name in ("rl_ops_cpu.json", "rl_ops_cpu_quick.json"):
+        (tmp_path / name).write_text(json.dumps(full))
+    (tmp_path / "rl_ops_cpu.md").write_text("the full table\n")
+    quick = ["--quick", "--out", str(tmp_path), "--no-compile", "--budget", "0.02", "--reps", "1", "--ops", "gae"]
+    assert rl_ops.main([*quick, "--tag", "cpu"]) == 2
+    assert rl_ops.main(quick) == 2  # a full run saved under the quick name is not replaced either
+    assert "holds a full run" in capsys.readouterr().err
+    assert json.loads((tmp_path / "rl_ops_cpu.json").read_text()) == full
+    assert (tmp_path / "rl_ops_cpu.md").read_text() == "the full table\n"
+    # a quick report may replace a quick one
+    assert rl_ops.main([*quick, "--tag", "cpu_scratch"]) == 0
+    assert rl_ops.main([*quick, "--tag", "cpu_scratch"]) == 0
+    assert json.loads((tmp_path / "rl_ops_cpu_scratch.json").read_text())["quick"] is True
 
 
 def test_quick_run_with_compile_in_parts_then_merged(tmp_path):
@@ -473,9 +493,9 @@ def test_quick_run_with_compile_in_parts_then_merged(tmp_path):
     assert report["machine"]["torch_threads"] == 1
 
 
-def check_outputs(out, expected_rows, compiled):
-    md = (out / "rl_ops_cpu.md").read_text().splitlines()
-    report = json.loads((out / "rl_ops_cpu.json").read_text())
+def check_outputs(out, expected_rows, compiled, tag="cpu"):
+    md = (out / f"rl_ops_{tag}.md").read_text().splitlines()
+    report = json.loads((out / f"rl_ops_{tag}.json").read_text())
     assert md[0].startswith("Measured on CPU only; CPU ") and "torch " in md[0] and "cores" in md[0]
     header = next(line for line in md if line.startswith("| operator | size | HPC_RL"))
     columns = [c.strip() for c in header.strip("|").split("|")]
