@@ -5,7 +5,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import ROOT, load_script
+from conftest import ROOT, SUMMARY, load_script, strict_json
 
 plot = load_script("plots/plot.py")
 
@@ -125,3 +125,22 @@ def test_trick_comments_are_collected_with_their_continuation_lines(tmp_path):
     script.write_text("a = 1\n# trick: keep it on the device\n# so no copies\nb = 2  # trick: fuse | ops\nc = 3\n")
     tricks = load_script("plots/tricks.py")
     assert tricks.find_tricks(script) == [(2, "keep it on the device so no copies"), (4, "fuse | ops")]
+
+
+def test_results_lines_are_read_strictly():
+    assert strict_json('{"sps": null, "mean_return": 1.5}') == {"sps": None, "mean_return": 1.5}
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        with pytest.raises(ValueError, match="not strict JSON"):
+            strict_json(f'{{"losses": {{"loss": {constant}}}}}')
+
+
+def test_summary_line_pattern():
+    line = (
+        "dqn.py: diverged: 5000 steps, 812 steps/s, mean return -21.3 over 40 episodes; "
+        "results: runs/results.jsonl, run folder: runs/CartPole-v1__dqn__1__1763855000"
+    )
+    m = SUMMARY.match(line)
+    assert m and m["status"] == "diverged" and m["steps"] == "5000" and m["mean_return"] == "-21.3"
+    assert m["run_dir"] == "runs/CartPole-v1__dqn__1__1763855000"
+    assert SUMMARY.match(line.replace("812 steps/s", "n/a steps/s").replace("-21.3", "n/a"))
+    assert not SUMMARY.match(line.replace("diverged", "failed"))
