@@ -1445,15 +1445,16 @@ class WouldClobber(Exception):
     """A quick report would replace a full run's report."""
 
 
-def write_report(report, out, tag):
+def write_report(report, out, tag, prefix="rl_ops", render=None):
+    """<out>/<prefix>_<tag>.json and .md; a quick report never replaces a full one (benchmarks/replay.py too)."""
     out = Path(out)
-    existing = out / f"rl_ops_{tag}.json"
+    existing = out / f"{prefix}_{tag}.json"
     if report.get("quick") and existing.exists() and not json.loads(existing.read_text()).get("quick", False):
         raise WouldClobber(f"{existing} holds a full run; a --quick run does not replace it (choose --out or --tag)")
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"rl_ops_{tag}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / f"rl_ops_{tag}.md").write_text(to_markdown(report))
-    print(f"wrote {out / f'rl_ops_{tag}.md'} and .json", file=sys.stderr)
+    existing.write_text(json.dumps(report, indent=1) + "\n")
+    (out / f"{prefix}_{tag}.md").write_text((render or to_markdown)(report))
+    print(f"wrote {out / f'{prefix}_{tag}.md'} and .json", file=sys.stderr)
 
 
 def merge_reports(paths):
@@ -1517,11 +1518,11 @@ def main(argv=None):
     return write_or_refuse(report, args.out, args.tag or device_tag(device) + ("_quick" if args.quick else ""))
 
 
-def write_or_refuse(report, out, tag):
+def write_or_refuse(report, out, tag, prefix="rl_ops", render=None):
     try:
-        write_report(report, out, tag)
+        write_report(report, out, tag, prefix, render)
     except WouldClobber as err:
-        print(f"rl_ops.py: error: {err}", file=sys.stderr)
+        print(f"{prefix}.py: error: {err}", file=sys.stderr)
         return 2
     return 0
 

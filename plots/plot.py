@@ -3,6 +3,7 @@
     python plots/plot.py                          # runs/results.jsonl -> plots/*.png, plots/speed.md, README table
     python plots/plot.py --results plots/data/*/results.jsonl       # several machines, one table each
     python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table
+    python plots/plot.py --replay benchmarks/results/replay_cpu.md   # splice the replay-buffer table
 
 Reads only the results lines that the scripts append (one JSON object per run) and the return curves
 they write next to them (<results dir>/<run_name>/returns.csv), and the command that run.sh records
@@ -258,9 +259,11 @@ def main(argv=None):
     parser.add_argument("--readme", default=str(ROOT / "README.md"), help="README to splice the tables into")
     parser.add_argument("--no-readme", action="store_true", help="write the files but leave the README alone")
     parser.add_argument("--rl-ops", help="markdown table written by benchmarks/rl_ops.py to splice into the README")
+    parser.add_argument("--replay", help="markdown table written by benchmarks/replay.py to splice into the README")
     args = parser.parse_args(argv)
+    benchmarks = {"rl-ops": args.rl_ops, "replay": args.replay}
     if args.results is None:
-        args.results = [] if args.rl_ops else ["runs/results.jsonl"]
+        args.results = [] if any(benchmarks.values()) else ["runs/results.jsonl"]
 
     readme = Path(args.readme)
     text = readme.read_text() if readme.exists() else ""
@@ -279,10 +282,11 @@ def main(argv=None):
             plot_returns(hardware, rows, out / f"returns_{slug(hardware)}.png")
         text = splice(text, "speed-table", table)
         print(table)
-    elif not args.rl_ops:
+    elif not any(benchmarks.values()):
         raise SystemExit(f"plot.py: error: no results file at {' '.join(args.results)} (run ./run.sh first)")
-    if args.rl_ops:
-        text = splice(text, "rl-ops", Path(args.rl_ops).read_text())
+    for marker, table in benchmarks.items():
+        if table:
+            text = splice(text, marker, Path(table).read_text())
     if not args.no_readme:
         readme.write_text(text)
 

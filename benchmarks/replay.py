@@ -1,0 +1,321 @@
+"""Replay buffers as the scripts define them, timed against what real RL runs need of them.
+
+A study of replay storage in real training jobs (``shared/anchors/replay_storage_rates.csv``) gives,
+per algorithm, the buffer size, the bytes per item and the add and sample rates one job needs. This
+file loads each script's own buffer functions (it copies none of them), fills a buffer at the study's
+capacity and beyond, and times:
+
+* ``add``: one call of the script's add function with what one env step brings (its default env count);
+* ``sample``: one call of its sample function with its default batch size (for the Atari frame store,
+  the obs and next-obs stacks are rebuilt from single frames as part of the sample).
+
+Each row gives items/s and MB/s (add: bytes stored per item; sample: bytes delivered per item) beside
+the study's required rate for that algorithm, and the bytes the buffer stores per item. The twins'
+functions are also timed under ``torch.compile`` (as the twins run them) unless ``--no-compile``.
+
+Run::
+
+    python benchmarks/replay.py [--quick] [--device cpu|cuda] [--buffers dqn_atari,sac] [--out DIR]
+
+A full run writes ``benchmarks/results/replay_<device-tag>.md`` and ``.json`` (committed); ``--quick``
+(small capacities, for CI) writes ``runs/benchmarks/replay_<device-tag>_quick.*`` and never replaces a
+full report. ``python plots/plot.py --replay benchmarks/results/replay_cpu.md`` splices the table into
+the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.rl_ops import (  # noqa: E402  (the machine stamp, timing and report policy are rl_ops')
+    FULL_OUT,
+    QUICK_OUT,
+    ROOT,
+    device_tag,
+    machine_info,
+    machine_line,
+    write_or_refuse,
+)
+
+STUDY = ROOT.parent / "shared" / "anchors" / "replay_storage_rates.csv"
+
+
+def load_script(name):
+    """leanrl/<name>.py as a module, without running it (scripts import without side effects)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "leanrl" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # torch.compile reads a function's globals through its module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Bench:
+    """One filled buffer: add() writes one env step, sample() draws one batch; sizes in items and bytes."""
+
+    add: Callable
+    sample: Callable
+    add_items: int
+    sample_items: int
+    stored_bytes: int  # the whole buffer
+    capacity: int
+    storage: dict  # the buffer's tensors, as the script made them
+
+
+# ---------------------------------------------------------------------------------------------------
+# Each buffer: how to build and drive it with its script's own functions
+# ---------------------------------------------------------------------------------------------------
+
+
+def dqn_flat(module, capacity, device, compiled, obs_dim=4, num_envs=1, batch_size=128):
+    """dqn.py / dqn_torchcompile.py: rows of (obs, action, reward, next_obs, termination), uniform sampling."""
+    buffer = module.make_buffer(capacity, obs_dim, device)
+    twin = module.__name__.endswith("_torchcompile")
+    count = torch.tensor(capacity, device=device) if twin else capacity  # the twin's write index is a tensor
+    step = dict(
+        obs=torch.randn(num_envs, obs_dim, device=device),
+        actions=torch.zeros(num_envs, dtype=torch.long, device=device),
+        rewards=torch.ones(num_envs, device=device),
+        next_obs=torch.randn(num_envs, obs_dim, device=device),
+        terminations=torch.zeros(num_envs, device=device),
+    )
+    add_fn, sample_fn = module.buffer_add, module.buffer_sample
+    if compiled:
+        add_fn, sample_fn = torch.compile(add_fn, fullgraph=True), torch.compile(sample_fn, fullgraph=True)
+    # the count is not advanced between calls: every call writes the same amount at a full buffer's position
+    return Bench(
+        add=lambda: add_fn(buffer, count, step),
+        sample=lambda: sample_fn(buffer, count, batch_size),
+        add_items=num_envs,
+        sample_items=batch_size,
+        stored_bytes=sum(t.nbytes for t in buffer.values()),
+        capacity=capacity,
+        storage=buffer,
+    )
+
+
+def dqn_frames(module, capacity, device, compiled, num_envs=1, batch_size=32):
+    """dqn_atari_envpool*.py: single 84x84 frames per env, stacks rebuilt by index when sampled."""
+    store = module.new_frame_store(num_envs, capacity, device)
+    store["count"].fill_(store["frames"].shape[1] * 3)  # wrapped around several times: every slot is in use
+    frames = torch.randint(0, 256, (num_envs, 84, 84), dtype=torch.uint8, device=device)
+    first = torch.zeros(num_envs, dtype=torch.bool, device=device)
+    actions = torch.zeros(num_envs, dtype=torch.long, device=device)
+    rewards = torch.ones(num_envs, device=device)
+    add_fn, sample_fn = module.store_add, module.sample
+    if compiled:
+        add_fn, sample_fn = torch.compile(add_fn), torch.compile(sample_fn)
+    return Bench(
+        add=lambda: add_fn(store, frames, first, actions, rewards, first),
+        sample=lambda: sample_fn(store, batch_size),
+        add_items=num_envs,
+        sample_items=batch_size,
+        stored_bytes=sum(t.nbytes for t in store.values()),
+        capacity=capacity,
+        storage=store,
+    )
+
+
+@dataclass
+class Case:
+    name: str  # the buffer, as the table names it
+    scripts: tuple[str, ...]  # eager script, twin
+    build: Callable  # (module, capacity, device, compiled) -> Bench
+    study: str | None  # the study's algorithm this buffer serves (None: no matching row)
+    capacities: tuple[int, ...]
+    quick_capacities: tuple[int, ...]
+
+
+CASES = {
+    "dqn": Case("DQN, CartPole (flat rows)", ("dqn", "dqn_torchcompile"), dqn_flat, None, (10_000, 1_000_000), (1000,)),
+    "dqn_atari": Case(
+        "DQN Atari (single-frame store)",
+        ("dqn_atari_envpool", "dqn_atari_envpool_torchcompile"),
+        dqn_frames,
+        "DQN",
+        (400_000, 1_000_000),
+        (2000,),
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Timing and the report
+# ---------------------------------------------------------------------------------------------------
+
+
+def study_rates(path=STUDY):
+    """{algorithm: the study's first row for it} (items, item bytes, add and sample rates as floats)."""
+    rows = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            numbers = {k: float(v) for k, v in row.items() if k not in ("algorithm", "env", "buffer_property")}
+            rows.setdefault(row["algorithm"], {**row, **numbers})
+    return rows
+
+
+def seconds_per_call(fn, device, budget_s, min_reps=5, max_reps=2000):
+    """Median seconds of one call, after warm-up calls (compilation happens there)."""
+    for _ in range(3):
+        fn()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    times, spent = [], 0.0
+    while len(times) < min_reps or (spent < budget_s and len(times) < max_reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+        spent += times[-1]
+    return statistics.median(times)
+
+
+def measure(case, script, capacity, device, compiled, budget_s):
+    bench = case.build(load_script(script), capacity, device, compiled)
+    stored_per_item = bench.stored_bytes / bench.capacity
+    delivered = bench.sample()
+    sample_bytes = sum(v.nbytes for v in delivered.values()) / bench.sample_items
+    rows = []
+    for op, fn, items, item_bytes in (
+        ("add", bench.add, bench.add_items, stored_per_item),
+        ("sample", bench.sample, bench.sample_items, sample_bytes),
+    ):
+        s = seconds_per_call(fn, device, budget_s)
+        rows.append(
+            dict(
+                buffer=case.name,
+                script=f"{script}.py",
+                form="compiled" if compiled else "as written",
+                capacity=capacity,
+                stored_bytes_per_item=stored_per_item,
+                op=op,
+                items_per_call=items,
+                us_per_call=s * 1e6,
+                items_per_s=items / s,
+                item_bytes=item_bytes,  # add: stored per item; sample: delivered per item
+                mb_per_s=items / s * item_bytes / 1e6,
+                study=case.study,
+            )
+        )
+    del bench, delivered
+    return rows
+
+
+def run(args):
+    device = torch.device(args.device)
+    study = study_rates()
+    names = list(CASES) if args.buffers is None else args.buffers.split(",")
+    rows = []
+    for name in names:
+        case = CASES[name]
+        for capacity in case.quick_capacities if args.quick else case.capacities:
+            for script in case.scripts:
+                forms = [False] + ([True] if script.endswith("_torchcompile") and not args.no_compile else [])
+                for compiled in forms:
+                    t0 = time.perf_counter()
+                    for row in measure(case, script, capacity, device, compiled, args.budget):
+                        need = study.get(case.study)
+                        if need:
+                            row["study_items_per_s"] = need[f"{row['op']}_items_per_s"]
+                            row["study_mb_per_s"] = need[f"{row['op']}_bytes_per_s"] / 1e6
+                            row["study_capacity"] = int(need["buffer_items"])
+                            row["times_study"] = row["items_per_s"] / row["study_items_per_s"]
+                        rows.append(row)
+                        print(
+                            f"{name:10s} {script:32s} {row['form']:10s} {capacity:>9,} {row['op']:6s} "
+                            f"{row['items_per_s']:>12,.0f} items/s ({time.perf_counter() - t0:.0f} s)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+    return rows
+
+
+def to_markdown(report):
+    lines = [machine_line(report["machine"]), ""]
+    lines += [
+        "| buffer | script | form | capacity | stored B/item | op | items/call | µs/call | items/s | MB/s "
+        "| study needs items/s (MB/s) | × need |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        need = (
+            f"{r['study_items_per_s']:,.0f} ({r['study_mb_per_s']:,.1f}) at {r['study_capacity']:,}"
+            if r.get("study_items_per_s")
+            else "—"
+        )
+        times = f"{r['times_study']:,.0f}x" if r.get("times_study") else "—"
+        lines.append(
+            f"| {r['buffer']} | `{r['script']}` | {r['form']} | {r['capacity']:,} | {r['stored_bytes_per_item']:,.0f} "
+            f"| {r['op']} | {r['items_per_call']} | {r['us_per_call']:,.1f} | {r['items_per_s']:,.0f} "
+            f"| {r['mb_per_s']:,.1f} | {need} | {times} |"
+        )
+    lines += [
+        "",
+        "add: one env step of the script's default envs, MB/s of bytes stored; sample: one batch of the script's "
+        "default size, MB/s of bytes delivered (rebuilt frame stacks included). Study: the replay-storage study's "
+        "rates for one training job of that algorithm (`shared/anchors/replay_storage_rates.csv`).",
+        "",
+        f"Command: `{report['command']}`; total {report['wall_s']:.0f} s.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="small capacities (CI)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
+    p.add_argument("--buffers", default=None, help=f"comma-separated, of {','.join(CASES)} (default: all)")
+    p.add_argument("--budget", type=float, default=0.5, help="seconds of timed calls aimed at per row")
+    p.add_argument("--no-compile", action="store_true", help="skip the compiled forms of the twins' functions")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--out", default=None, help=f"folder (default {FULL_OUT}; --quick: {QUICK_OUT})")
+    p.add_argument("--tag", default=None, help="file suffix (default: the device, e.g. cpu; cpu_quick with --quick)")
+    args = p.parse_args(argv)
+    if args.out is None:
+        args.out = str(ROOT / (QUICK_OUT if args.quick else FULL_OUT))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("replay.py: error: --device cuda: CUDA is not available on this machine", file=sys.stderr)
+        return 2
+    unknown = sorted(set((args.buffers or "").split(",")) - set(CASES) - {""})
+    if unknown:
+        print(f"replay.py: error: --buffers: unknown {unknown}; known: {sorted(CASES)}", file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    start = time.perf_counter()
+    info = machine_info(device)
+    rows = run(args)
+    report = {
+        "machine": info,
+        "quick": args.quick,
+        "command": "python benchmarks/replay.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "wall_s": time.perf_counter() - start,
+        "rows": rows,
+    }
+    tag = args.tag or device_tag(device) + ("_quick" if args.quick else "")
+    return write_or_refuse(report, args.out, tag, prefix="replay", render=to_markdown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

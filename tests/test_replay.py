@@ -1,0 +1,74 @@
+"""benchmarks/replay.py: it drives each script's own buffer functions, and its report says what it measured."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from benchmarks import replay
+
+
+def test_the_study_rows_are_read_as_numbers():
+    study = replay.study_rates()
+    assert study["DQN"]["buffer_items"] == 400_000 and study["DQN"]["add_items_per_s"] == 400
+    assert study["SAC"]["sample_items_per_s"] == 138 and study["R2D2"]["item_bytes"] == 10e6
+    for case in replay.CASES.values():
+        assert case.study is None or case.study in study, case.name
+
+
+@pytest.mark.parametrize("name", sorted(replay.CASES))
+def test_each_buffer_is_driven_for_real(name):
+    """What the benchmark times does the work: an add writes into the buffer, a sample returns a batch of the
+    script's size made of what the buffer holds (frames: every frame of every rebuilt stack is a stored one)."""
+    case = replay.CASES[name]
+    for script in case.scripts:
+        torch.manual_seed(0)
+        bench = case.build(replay.load_script(script), min(case.quick_capacities), torch.device("cpu"), False)
+        data = "frames" if "frames" in bench.storage else "obs"
+        stored = bench.storage[data]
+        if stored.dtype == torch.uint8:
+            stored.copy_(torch.randint(0, 256, stored.shape, dtype=torch.uint8))
+        else:
+            stored.normal_()
+        before = {key: value.clone() for key, value in bench.storage.items()}
+        bench.add()
+        assert any(not torch.equal(before[k], v) for k, v in bench.storage.items() if k != "count"), script
+        batch = bench.sample()
+        assert all(value.shape[0] == bench.sample_items for value in batch.values()), script
+        items = stored.reshape(-1, *stored.shape[-1:] if data == "obs" else stored.shape[-2:])
+        drawn = batch["obs"].reshape(-1, *items.shape[1:])
+        assert drawn.abs().sum() > 0
+        assert all((items == row).flatten(1).all(1).any() for row in drawn), f"{script}: a sampled row is not stored"
+
+
+def test_quick_report_has_every_row_with_finite_rates_and_the_study_beside_it(tmp_path):
+    argv = ["--quick", "--no-compile", "--budget", "0.02", "--out", str(tmp_path), "--threads", "1"]
+    assert replay.main(argv) == 0
+    report = json.loads((tmp_path / "replay_cpu_quick.json").read_text())
+    md = (tmp_path / "replay_cpu_quick.md").read_text()
+    assert report["quick"] is True and report["machine"]["device"] == "cpu"
+    expected = sum(len(case.scripts) * len(case.quick_capacities) * 2 for case in replay.CASES.values())
+    assert len(report["rows"]) == expected
+    for row in report["rows"]:
+        assert math.isfinite(row["items_per_s"]) and row["items_per_s"] > 0, row
+        assert row["mb_per_s"] == pytest.approx(row["items_per_s"] * row["item_bytes"] / 1e6)
+        if row["op"] == "add":
+            assert row["item_bytes"] == row["stored_bytes_per_item"]
+        if row["study"]:
+            assert row["times_study"] == pytest.approx(row["items_per_s"] / row["study_items_per_s"])
+    assert md.startswith("Measured on CPU only; CPU ") and md.count("\n| ") == expected + 1
+
+
+def test_frame_store_keeps_each_frame_once_and_samples_whole_stacks():
+    rows = replay.run(replay.parse_args(["--quick", "--no-compile", "--budget", "0.01", "--buffers", "dqn_atari"]))
+    for row in rows:
+        # one 84x84 frame plus a few bytes of step data per transition: a quarter of a stored 4-frame stack
+        assert 84 * 84 <= row["stored_bytes_per_item"] < 84 * 84 * 1.1, row
+        if row["op"] == "sample":  # a sampled transition carries its rebuilt obs and next-obs stacks
+            assert row["item_bytes"] >= 2 * 4 * 84 * 84, row
+
+
+def test_bad_flags_exit_2(capsys):
+    assert replay.main(["--buffers", "nope"]) == 2
+    assert "--buffers" in capsys.readouterr().err
