@@ -272,6 +272,11 @@ def update(q_network, target_network, optimizer, batch, gamma):
     return loss.detach(), old_val.mean().detach()
 
 
+def train_step(q_network, target_network, optimizer, buffer, count, batch_size, gamma):
+    """Sample a batch from the buffer and take one gradient step on it; returns (TD loss, mean Q)."""
+    return update(q_network, target_network, optimizer, buffer_sample(buffer, count, batch_size), gamma)
+
+
 def update_target(target_network, q_network, tau):
     """target <- tau * online + (1 - tau) * target (tau = 1: a copy)."""
     for target_network_param, q_network_param in zip(target_network.parameters(), q_network.parameters()):
@@ -473,10 +478,7 @@ def main(args):
             # ALGO LOGIC: training.
             if learning:
                 if iteration % args.train_frequency == 0:
-                    stats = update(
-                        q_network, target_network, optimizer, buffer_sample(buffer, count, args.batch_size),
-                        args.gamma,
-                    )  # fmt: skip
+                    stats = train_step(q_network, target_network, optimizer, buffer, count, args.batch_size, args.gamma)
                 # update target network
                 if iteration % args.target_network_frequency == 0:
                     update_target(target_network, q_network, args.tau)
