@@ -341,7 +341,8 @@ def sample_indices(store, batch_size, tries=8):
     """Uniform (env, pos) of valid transitions, never one whose frames were overwritten or are not written yet.
 
     Each draw takes the first of `tries` candidates that is not the reset step after a game over (those are one
-    in a game's length; all `tries` miss with probability below 1e-10 in Atari, then the last candidate is kept).
+    in a game's length). If all `tries` miss (probability below 1e-10 in Atari), the draw moves to a neighbour: the
+    game's first transition after it, or the terminal one before it (two reset steps never follow each other).
     """
     num_envs, slots = store["first"].shape
     n = int(store["count"])
@@ -350,8 +351,10 @@ def sample_indices(store, batch_size, tries=8):
     env = torch.randint(num_envs, (tries, batch_size), device=device)
     pos = torch.randint(low, n - 1, (tries, batch_size), device=device)
     valid = ~store["first"][env, (pos + 1) % slots]
-    pick = valid.int().argmax(dim=0, keepdim=True)  # the first valid candidate, or the first if none is
-    return env.gather(0, pick)[0], pos.gather(0, pick)[0]
+    pick = valid.int().argmax(dim=0, keepdim=True)  # the first valid candidate
+    env, pos, missed = env.gather(0, pick)[0], pos.gather(0, pick)[0], ~valid.any(dim=0)
+    neighbour = torch.where(pos < n - 2, pos + 1, (pos - 1).clamp(min=low))
+    return env, torch.where(missed, neighbour, pos)
 
 
 def sample(store, batch_size):

@@ -355,7 +355,8 @@ def sample_indices(store, batch_size, tries=8):
     """Uniform (env, pos) of valid transitions, never one whose frames were overwritten or are not written yet.
 
     Each draw takes the first of `tries` candidates that is not the reset step after a game over (those are one
-    in a game's length; all `tries` miss with probability below 1e-10 in Atari, then the last candidate is kept).
+    in a game's length). If all `tries` miss (probability below 1e-10 in Atari), the draw moves to a neighbour: the
+    game's first transition after it, or the terminal one before it (two reset steps never follow each other).
     """
     num_envs, slots = store["first"].shape
     n = store["count"]
@@ -366,8 +367,10 @@ def sample_indices(store, batch_size, tries=8):
     # matters at 2**62 / 1e6)
     pos = low + torch.randint(2**62, (tries, batch_size), device=device) % (n - 1 - low)
     valid = ~store["first"][env, (pos + 1) % slots]
-    pick = valid.int().argmax(dim=0, keepdim=True)  # the first valid candidate, or the first if none is
-    return env.gather(0, pick)[0], pos.gather(0, pick)[0]
+    pick = valid.int().argmax(dim=0, keepdim=True)  # the first valid candidate
+    env, pos, missed = env.gather(0, pick)[0], pos.gather(0, pick)[0], ~valid.any(dim=0)
+    neighbour = torch.where(pos < n - 2, pos + 1, (pos - 1).clamp(min=low))
+    return env, torch.where(missed, neighbour, pos)
 
 
 def sample(store, batch_size):
@@ -532,7 +535,8 @@ def main(args):
         q_network = QNetwork(n_actions).to(device)
         # trick: fused Adam updates every parameter in one kernel (and spares torch.compile a kernel per parameter);
         # capturable keeps the step counts on the GPU, so a step never syncs and can be captured
-        capturable = device.type == "cuda" and not args.compile  # (torch.compile sets it by itself)
+        # (torch.compile leaves the fused kernel to eager, so it needs the flag too)
+        capturable = device.type == "cuda"
         optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True, capturable=capturable)
         target_network = QNetwork(n_actions).to(device)
         target_network.load_state_dict(q_network.state_dict())

@@ -1,0 +1,482 @@
+"""DQN Atari (envpool): the frame store against a real env, math against float64 references, twin agreement,
+the scripts end to end on CPU."""
+
+import copy
+import math
+import sys
+
+import envpool
+import numpy as np
+import pytest
+import torch
+from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+EAGER, TWIN = "dqn_atari_envpool", "dqn_atari_envpool_torchcompile"
+SCRIPTS = (EAGER, TWIN)
+# 600 steps, learning from step 200, one update every 4 steps: 100 updates of batch 8 (the CNN is slow on a CPU)
+TINY = ("--buffer-size", "2000", "--learning-starts", "200", "--batch-size", "8", "--measure-burnin", "1")
+TINY += ("--target-network-frequency", "100", "--total-timesteps")
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_subprocess(monkeypatch):
+    # the scripts run as subprocesses beside this one on a 2-core machine: two OpenMP teams spinning on two cores
+    # slow each other down many times over
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="module")
+def mods():
+    return {name: load_script(name) for name in SCRIPTS}
+
+
+# ---------------------------------------------------------------- DQN target and epsilon
+
+
+def dqn_target_reference(next_q, rewards, terminated, gamma):
+    """r + gamma * max_a Q(s', a), the bootstrap dropped only where the episode terminated (not truncated)."""
+    out = []
+    for q_row, r, term in zip(next_q.double().tolist(), rewards.double().tolist(), terminated.tolist()):
+        best = q_row[0]
+        for q in q_row[1:]:
+            best = max(best, q)
+        out.append(r if term else r + gamma * best)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("batch,n_actions", [(1, 4), (32, 4), (33, 18), (256, 6)])
+def test_dqn_target_matches_float64_reference(mods, name, batch, n_actions):
+    g = torch.Generator().manual_seed(batch * 100 + n_actions)
+    next_q = torch.randn(batch, n_actions, generator=g) * 3
+    rewards = torch.randint(-1, 2, (batch,), generator=g).float()
+    terminated = torch.rand(batch, generator=g) < 0.3
+    if batch > 1:
+        terminated[0], terminated[1] = True, False  # a terminated and a truncated (or running) transition
+    got = mods[name].dqn_target(next_q, rewards, terminated, 0.99)
+    want = dqn_target_reference(next_q, rewards, terminated, 0.99)
+    assert got.dtype == torch.float32 and got.shape == (batch,)
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6)
+    if batch > 1:  # the terminated one is the bare reward; the other one bootstraps from its best next action
+        assert got[0] == rewards[0] and got[1] == pytest.approx(rewards[1] + 0.99 * next_q[1].max(), abs=1e-5)
+
+
+def test_twin_target_equals_the_eager_one(mods):
+    g = torch.Generator().manual_seed(5)
+    inputs = (torch.randn(64, 4, generator=g), torch.randn(64, generator=g), torch.rand(64, generator=g) < 0.5)
+    torch.testing.assert_close(mods[TWIN].dqn_target(*inputs, 0.97), mods[EAGER].dqn_target(*inputs, 0.97))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_epsilon_decays_linearly_over_its_fraction_then_stays(mods, name):
+    schedule = mods[name].linear_schedule
+    duration = 0.1 * 10_000_000
+    for t, want in [(0, 1.0), (250_000, 0.7525), (500_000, 0.505), (990_000, 0.0199), (1_000_000, 0.01)]:
+        assert schedule(1.0, 0.01, duration, t) == pytest.approx(want, abs=1e-9), t
+    assert schedule(1.0, 0.01, duration, 5_000_000) == 0.01
+    assert schedule(1.0, 0.05, 500, 250) == pytest.approx(0.525)
+    values = [schedule(1.0, 0.01, 1000, t) for t in range(0, 1001, 10)]
+    assert all(a > b for a, b in zip(values, values[1:])), "epsilon must decrease at every step of its fraction"
+
+
+# ---------------------------------------------------------------- the frame store against envpool
+
+
+def drive_breakout(module, num_envs, capacity, steps, seed):
+    """Random play, every step written to the store; returns the store, the env's stacks and step data per env."""
+    env = envpool.make(
+        "Breakout-v5", env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed
+    )
+    store = module.new_frame_store(num_envs, capacity)
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset()
+    stacks, firsts = [obs.copy()], [np.ones(num_envs, bool)]
+    actions, rewards, terms = [], [], []
+    zeros = torch.zeros(num_envs)
+    module.store_add(store, torch.as_tensor(obs[:, -1]), zeros == 0, zeros.long(), zeros, zeros.bool())
+    events = {"lives lost": 0, "game overs": 0}
+    for _ in range(steps):
+        action = rng.integers(0, 4, num_envs)
+        obs, reward, term, trunc, info = env.step(action)
+        events["game overs"] += int(info["terminated"].sum())
+        events["lives lost"] += int((term & (info["terminated"] == 0)).sum())
+        first = info["elapsed_step"] == 0
+        module.store_add(
+            store,
+            torch.as_tensor(obs[:, -1]),
+            torch.as_tensor(first),
+            torch.as_tensor(action),
+            torch.as_tensor(reward, dtype=torch.float32),
+            torch.as_tensor(term),
+        )
+        stacks.append(obs.copy())
+        firsts.append(first)
+        actions.append(action)
+        rewards.append(reward)
+        terms.append(term)
+    env.close()
+    return (
+        store,
+        np.stack(stacks, 1),
+        np.stack(firsts, 1),
+        (np.stack(actions, 1), np.stack(rewards, 1), np.stack(terms, 1)),
+        events,
+    )
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_rebuilt_stacks_equal_the_envs_over_episode_ends_and_wraparound(mods, name):
+    module = mods[name]
+    num_envs, capacity, steps = 2, 2 * 150, 700
+    store, stacks, firsts, (actions, rewards, terms), events = drive_breakout(module, num_envs, capacity, steps, seed=3)
+    slots = store["frames"].shape[1]
+    n = steps + 1
+    assert int(store["count"]) == n and slots == capacity // num_envs + 4
+    assert n > 4 * slots, "the ring must wrap around several times"
+    assert events["game overs"] >= 2 and events["lives lost"] >= 6, events
+    low = max(0, n - slots + 3)
+    checked = resets = 0
+    for e in range(num_envs):
+        pos = torch.arange(low, n - 1)
+        env = torch.full_like(pos, e)
+        valid = ~store["first"][env, (pos + 1) % slots]
+        obs = module.stack_frames(store, env, pos).numpy()
+        next_obs = module.stack_frames(store, env, pos + 1).numpy()
+        for i, a in enumerate(pos.tolist()):
+            assert bool(valid[i]) == (not firsts[e, a + 1])
+            if not valid[i]:
+                resets += 1
+                continue
+            np.testing.assert_array_equal(obs[i], stacks[e, a], err_msg=f"obs env {e} step {a}")
+            np.testing.assert_array_equal(next_obs[i], stacks[e, a + 1], err_msg=f"next obs env {e} step {a}")
+            assert store["actions"][e, a % slots] == actions[e, a]
+            assert store["rewards"][e, a % slots] == rewards[e, a]
+            assert store["terminated"][e, a % slots] == terms[e, a]
+            checked += 1
+    assert resets >= 1, "the window must hold a reset step after a game over"
+    # episode starts inside the window: the stacks there repeat the first frame, as envpool's do
+    assert firsts[:, low + 1 : n].sum() >= 1 and checked == num_envs * (n - 1 - low) - resets
+
+    # sample() returns exactly these stacks for the transitions that sample_indices draws
+    torch.manual_seed(0)
+    env, pos = module.sample_indices(store, 64)
+    torch.manual_seed(0)
+    batch = module.sample(store, 64)
+    for i, (e, a) in enumerate(zip(env.tolist(), pos.tolist())):
+        assert low <= a <= n - 2 and not firsts[e, a + 1]
+        np.testing.assert_array_equal(batch["obs"][i].numpy(), stacks[e, a])
+        np.testing.assert_array_equal(batch["next_obs"][i].numpy(), stacks[e, a + 1])
+        assert batch["actions"][i] == actions[e, a] and batch["terminated"][i] == terms[e, a]
+        assert batch["rewards"][i] == rewards[e, a]
+
+
+def test_envpool_stacks_behave_as_the_store_assumes():
+    """A reset stack repeats its first frame 4 times; a lost life does not restart the stack."""
+    env = envpool.make("Breakout-v5", env_type="gym", num_envs=1, episodic_life=True, reward_clip=True, seed=1)
+    obs, _ = env.reset()
+    assert all((obs[0, i] == obs[0, 3]).all() for i in range(3)) and obs[0, 3].any()
+    lives_lost = 0
+    for _ in range(300):
+        prev = obs
+        obs, _, term, _, info = env.step(np.array([1]))
+        if info["elapsed_step"][0] == 0:
+            assert all((obs[0, i] == obs[0, 3]).all() for i in range(3))
+        else:
+            np.testing.assert_array_equal(obs[0, :3], prev[0, 1:])
+            lives_lost += int(term[0] and not info["terminated"][0])
+    assert lives_lost >= 2
+    env.close()
+
+
+# ---------------------------------------------------------------- sampling: property test on a synthetic store
+
+
+def fill(module, num_envs, capacity, writes, reset_prob, seed):
+    """Tiny 2x2 frames that hold their own absolute index: a stale (overwritten) frame would show."""
+    store = module.new_frame_store(num_envs, capacity, frame_shape=(2, 2))
+    rng = np.random.default_rng(seed)
+    firsts = np.zeros((num_envs, writes), bool)
+    firsts[:, 0] = True
+    firsts[:, 2:] = rng.random((num_envs, writes - 2)) < reset_prob  # a reset step follows at least one step
+    firsts[:, 1:][firsts[:, :-1]] = False  # games last at least one step
+    for a in range(writes):
+        frames = torch.full((num_envs, 2, 2), a % 251, dtype=torch.uint8)
+        zeros = torch.zeros(num_envs)
+        module.store_add(store, frames, torch.as_tensor(firsts[:, a]), zeros.long() + a, zeros + a, zeros.bool())
+    return store, firsts
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    num_envs=st.integers(1, 3),
+    per_env=st.integers(1, 40),
+    writes=st.integers(2, 120),
+    reset_prob=st.sampled_from([0.0, 0.05, 0.3]),
+    seed=st.integers(0, 1000),
+)
+def test_samples_never_straddle_the_write_position(mods, num_envs, per_env, writes, reset_prob, seed):
+    for module in mods.values():
+        store, firsts = fill(module, num_envs, num_envs * per_env, writes, reset_prob, seed)
+        slots = per_env + 4
+        low, high = max(0, writes - slots + 3), writes - 2
+        torch.manual_seed(seed)
+        env, pos = module.sample_indices(store, 2000)
+        assert ((pos >= low) & (pos <= high)).all(), (pos.min(), pos.max(), low, high)
+        valid = ~torch.as_tensor(firsts)[env, pos + 1]
+        candidates = ~torch.as_tensor(firsts)[:, low + 1 : high + 2]
+        if candidates.any(dim=1).all():  # every env's window holds a valid transition
+            assert valid.all(), "a reset step after a game over was sampled"
+        if high - low < 20 and candidates.all():  # every valid transition gets drawn
+            assert set(zip(env.tolist(), pos.tolist())) == {
+                (e, a) for e in range(num_envs) for a in range(low, high + 1)
+            }
+        # the rebuilt stacks hold the right absolute frames: never an overwritten one
+        obs = module.stack_frames(store, env, pos)[:, :, 0, 0].long()
+        want = torch.stack([pos - 3 + k for k in range(4)], 1)
+        for i in range(len(pos)):
+            e, a = int(env[i]), int(pos[i])
+            start = max(s for s in range(a + 1) if firsts[e, s])  # the game that obs a belongs to
+            expect = want[i].clamp(min=start) % 251
+            assert torch.equal(obs[i], expect), (e, a, obs[i], expect)
+
+
+def test_sampling_is_uniform_over_envs_and_positions(mods):
+    for module in mods.values():
+        store, _ = fill(module, 2, 2 * 10, 100, 0.0, seed=1)
+        torch.manual_seed(1)
+        env, pos = module.sample_indices(store, 40_000)
+        counts = torch.bincount(env * 100 + pos, minlength=200)[
+            counts_index := torch.tensor([e * 100 + a for e in range(2) for a in range(89, 99)])
+        ]
+        assert counts.sum() == 40_000 and counts_index.numel() == 20
+        assert (counts - 2000).abs().max() < 250  # binomial sd 44: 5.7 sd
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_bytes_per_transition(mods, name):
+    module = mods[name]
+    store = module.new_frame_store(4, 4000)
+    nbytes = sum(t.nbytes for t in store.values())
+    assert nbytes == module.frame_store_bytes(4, 4000)
+    assert 84 * 84 <= nbytes / 4000 <= 7100, nbytes / 4000  # one frame per transition, plus 14 bytes of step data
+    # a 1M buffer: about 7 GB (full stacks of obs and next obs would take 28 GB)
+    assert 7.05e9 < module.frame_store_bytes(1, 1_000_000) < 7.1e9
+
+
+# ---------------------------------------------------------------- twin: compiled update and policy
+
+
+def one_transition_store(twin, seed):
+    """A store whose only transition is a game's first step: every draw returns it (the compiled sampler's random
+    numbers differ from eager ones, this batch does not). Returns the store and that batch."""
+    g = torch.Generator().manual_seed(seed)
+    frames = torch.randint(0, 256, (2, 1, 84, 84), generator=g, dtype=torch.uint8)
+    action, reward = torch.randint(0, 4, (1,), generator=g), torch.randint(-1, 2, (1,), generator=g).float()
+    terminated = torch.rand(1, generator=g) < 0.5
+    store = twin.new_frame_store(1, 10)
+    zeros = torch.zeros(1)
+    twin.store_add(store, frames[0], zeros == 0, zeros.long(), zeros, zeros.bool())
+    twin.store_add(store, frames[1], zeros == 1, action, reward, terminated)
+    obs = frames[0].expand(4, 84, 84)
+    batch = dict(
+        obs=obs, actions=action, rewards=reward, next_obs=torch.cat([obs[1:], frames[1]]), terminated=terminated
+    )
+    return store, {
+        key: value.expand(8, *value.shape) if key.endswith("obs") else value.expand(8) for key, value in batch.items()
+    }
+
+
+def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
+    """The twin's update (sample, target, loss, fused Adam, masked target copy) compiled, against eager learn() and
+    CleanRL's target copy on the same batch; no recompile when the batch or the copy flag changes."""
+    eager, twin = mods[EAGER], mods[TWIN]
+    torch.manual_seed(0)
+    q_network = eager.QNetwork(4)
+    target_network = eager.QNetwork(4)
+    twin_q, twin_target = copy.deepcopy(q_network), copy.deepcopy(target_network)
+    eager_optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4)
+    twin_optimizer = torch.optim.Adam(twin_q.parameters(), lr=1e-4, fused=True)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(twin.update)
+    for call, copy_target in enumerate([False, True, False]):
+        store, batch = one_transition_store(twin, seed=call)
+        assert batch["obs"].shape == (8, 4, 84, 84) and batch["actions"].shape == (8,)
+        want = eager.learn(q_network, target_network, eager_optimizer, batch, 0.99)
+        if copy_target:
+            for target_network_param, q_network_param in zip(target_network.parameters(), q_network.parameters()):
+                target_network_param.data.copy_(q_network_param.data)
+        with torch._dynamo.config.patch(error_on_recompile=call > 0):
+            got = compiled(twin_q, twin_target, twin_optimizer, store, 8, 0.99, torch.tensor(copy_target))
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        for name, module, twin_module in (("q", q_network, twin_q), ("target", target_network, twin_target)):
+            for (key, value), twin_value in zip(module.state_dict().items(), twin_module.state_dict().values()):
+                torch.testing.assert_close(twin_value, value, rtol=1e-4, atol=1e-6, msg=f"{name} {key} {call}")
+    assert not torch.equal(q_network.network[0].weight, target_network.network[0].weight)
+    # the only graph breaks are those torch.compile places around zero_grad(), backward() and the optimizer step
+    breaks = dict(torch._dynamo.utils.counters["graph_break"])
+    assert sum(breaks.values()) == GRAPH_BREAKS, breaks
+    for reason in breaks:
+        assert any(own in reason for own in PYTORCH_OWN_BREAKS), reason
+
+
+# torch 2.13: zero_grad (2: traced once, then again after the restart), backward (1), Optimizer.step's own
+# graph_break() (2) and the fused Adam kernel, which torch.compile leaves to eager (2)
+GRAPH_BREAKS = 7
+PYTORCH_OWN_BREAKS = ("Optimizer.zero_grad", "Tensor.backward()", "torch._dynamo.graph_break()", "fused optimizer")
+
+
+def test_policy_step_compiles_whole_and_explores_as_told(mods):
+    twin = mods[TWIN]
+    torch.manual_seed(0)
+    q_network = twin.QNetwork(4)
+    obs = torch.randint(0, 256, (64, 4, 84, 84), dtype=torch.uint8)
+    greedy = q_network(obs).argmax(dim=1)
+    policy = torch.compile(lambda obs, eps: twin.act(q_network, obs, eps), fullgraph=True)
+    epsilon = torch.tensor(0.0)
+    assert torch.equal(policy(obs, epsilon), greedy)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        epsilon.fill_(1.0)
+        draws = torch.cat([policy(obs, epsilon) for _ in range(20)])
+        assert set(draws.tolist()) == {0, 1, 2, 3} and (draws != greedy.repeat(20)).float().mean() > 0.6
+        epsilon.fill_(0.5)
+        draws = torch.cat([policy(obs, epsilon) for _ in range(20)])
+        assert 0.5 < (draws == greedy.repeat(20)).float().mean() < 0.75  # 0.5 + 0.5 / 4
+
+
+def test_sampler_compiles_whole(mods):
+    twin = mods[TWIN]
+    store, firsts = fill(twin, 2, 2 * 30, 150, 0.05, seed=4)
+    env, pos = torch.compile(twin.sample_indices, fullgraph=True)(store, 512)
+    assert ((pos >= 150 - 34 + 3) & (pos <= 148)).all()
+    assert not torch.as_tensor(firsts)[env, pos + 1].any()
+    stacks = torch.compile(twin.stack_frames, fullgraph=True)(store, env, pos)
+    assert torch.equal(stacks, mods[EAGER].stack_frames(store, env, pos))
+
+
+# ---------------------------------------------------------------- scripts end to end
+
+
+def read_curve(line, tmp_path):
+    return (tmp_path / line["run_name"] / "returns.csv").read_text()
+
+
+@pytest.mark.parametrize("name,flags", [(EAGER, ()), (TWIN, ("--compile",))])
+def test_smoke_tiny_budget(name, flags, tmp_path):
+    proc, lines = run_script(name, *TINY, "600", *flags, "--save-model", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = lines
+    assert_finite_results_line(line, name)
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    assert line["steps"] == 600 and line["mode"] == "train" and line["buffer_device"] == "cpu"
+    assert line["compile"] is ("--compile" in flags) and line["cudagraphs"] is False
+    assert line["buffer_bytes"] == 2004 * (84 * 84 + 14) + 8
+    curve = read_curve(line, tmp_path).splitlines()
+    assert curve[0] == "step,wall_s,return" and len(curve) == line["episodes"] + 1 and line["episodes"] >= 1
+
+    if name == EAGER:  # the checkpoint plays full games
+        checkpoint = tmp_path / line["run_name"] / f"{name}.pt"
+        proc, lines = run_script(name, "--eval-checkpoint", str(checkpoint), "--eval-episodes", "1", tmp_path=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        evaluation = lines[-1]
+        assert evaluation["mode"] == "eval" and evaluation["status"] == "ok"
+        assert evaluation["episodes"] == 1 and math.isfinite(evaluation["mean_return"])
+        assert evaluation["steps"] > 0 and evaluation["env_id"] == "Breakout-v5"
+        assert_summary_matches(proc.stdout, evaluation, tmp_path / "results.jsonl")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_runs_are_deterministic(name, tmp_path):
+    runs = []
+    for i in range(2):
+        (tmp_path / str(i)).mkdir()
+        proc, lines = run_script(name, *TINY, "300", tmp_path=tmp_path / str(i))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(lines[0])
+    for key in ("losses", "mean_return", "episodes", "steps"):
+        assert runs[0][key] == runs[1][key], key
+    curves = [read_curve(line, tmp_path / str(i)) for i, line in enumerate(runs)]
+    assert [row.split(",")[::2] for row in curves[0].splitlines()] == [
+        row.split(",")[::2] for row in curves[1].splitlines()
+    ]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_non_finite_loss_stops_the_run_as_diverged(name, tmp_path):
+    # a huge step size: the weights blow up after the first steps, the Q-values and the loss overflow
+    proc, lines = run_script(name, *TINY, "300", "--learning-rate", "1e30", tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    [line] = lines  # parsed strictly: no NaN in the file
+    assert line["status"] == "diverged" and line["message"].startswith("loss diverged at step ")
+    assert f"{name}.py: {line['message']}" in proc.stderr
+    assert line["losses"]["td_loss"] is None
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+BAD_INPUTS = [
+    (("--env-id", "NotAGame-v5"), "--env-id"),
+    (("--env-id", "CartPole-v1"), "--env-id"),
+    (("--env-id", "HalfCheetah-v4"), "--env-id"),
+    (("--batch-size", "64", "--buffer-size", "32"), "--batch-size"),
+    (("--learning-starts", "10000000"), "--learning-starts"),
+    (("--total-timesteps", "1000", "--learning-starts", "996"), "--learning-starts"),
+    (("--buffer-size", "0"), "--buffer-size"),
+    (("--batch-size", "-1"), "--batch-size"),
+    (("--num-envs", "0"), "--num-envs"),
+    (("--train-frequency", "0"), "--train-frequency"),
+    (("--target-network-frequency", "1001"), "--target-network-frequency"),
+    (("--exploration-fraction", "0"), "--exploration-fraction"),
+    (("--buffer-device", "tpu"), "--buffer-device"),
+    (("--buffer-device", "cuda"), "--buffer-device"),
+    (("--buffer-size", "100000000000"), "--buffer-size"),  # 700 TB: more than this machine has
+]
+
+
+def flags_to_args(module, flags):
+    fields = {flag.removeprefix("--").replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2])}
+    defaults = module.Args()
+    return module.Args(**{k: v if k == "buffer_device" else type(getattr(defaults, k))(v) for k, v in fields.items()})
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("flags,flag", BAD_INPUTS)
+def test_bad_input_exits_2_with_one_line(mods, name, flags, flag, capsys, tmp_path, monkeypatch):
+    args = flags_to_args(mods[name], flags)
+    args.results_file = str(tmp_path / "results.jsonl")
+    args.cuda = False
+    with pytest.raises(SystemExit) as exit_info:
+        mods[name].main(args)
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: ") and flag in err[0], err
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_atari_games_other_than_breakout_are_accepted(mods):
+    for name in SCRIPTS:
+        mods[name].check_env_id("Pong-v5")  # no exit
+
+
+@pytest.mark.parametrize(
+    "name,flags,flag",
+    [(TWIN, ("--cudagraphs",), "--cudagraphs"), (EAGER, ("--batch-size", "4000"), "--batch-size")],
+)
+def test_bad_input_from_the_command_line(name, flags, flag, tmp_path):
+    proc, lines = run_script(name, *TINY, "600", *flags, tmp_path=tmp_path)
+    assert proc.returncode == 2
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and flag in err[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert lines == []
+    if flag == "--cudagraphs":
+        assert err[0] == f"{name}.py: error: --cudagraphs needs CUDA, and none is available"
+
+
+def test_scripts_import_without_side_effects():
+    for name in SCRIPTS:
+        assert name in sys.modules or load_script(name)
