@@ -428,7 +428,7 @@ def main(args):
 
     # run bookkeeping: the results line is written in `finally`, also when the run fails
     start_time = time.time()
-    global_step, episode_returns, losses, stats = 0, [], {}, None
+    global_step, episode_returns, losses, stats, epsilon = 0, [], {}, None, args.start_e
     burnin_mark = None  # (wall time, steps) where the steps/s figure starts: after the burn-in
     status, message = "ok", None
     returns_csv = (run_dir / "returns.csv").open("w")
@@ -518,12 +518,12 @@ def main(args):
         returns_csv.close()
         envs.close()
         # a run that ends inside its burn-in is measured from its start
-        sps = sps_since(burnin_mark or (start_time, 0), global_step)
+        sps = sps_since(burnin_mark if burnin_mark and burnin_mark[1] < global_step else (start_time, 0), global_step)
         mean_return = float(np.mean(episode_returns[-100:])) if episode_returns else None
         write_results(
             args, device, run_name=run_name, mode="train", steps=global_step, sps=sps,
             wall_s=time.time() - start_time, mean_return=mean_return, episodes=len(episode_returns),
-            status=status, losses=losses, message=message,
+            status=status, losses=losses, message=message, epsilon=epsilon,
         )  # fmt: skip
         print(summary_line(status, global_step, sps, mean_return, len(episode_returns), args.results_file, run_dir))
         if args.track:
