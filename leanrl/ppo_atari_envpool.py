@@ -176,6 +176,27 @@ def machine():
     return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__}
 
 
+def finite_or_none(obj):
+    """A results line is strict JSON: every non-finite float (NaN, inf), nested ones included, becomes null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: finite_or_none(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_or_none(value) for value in obj]
+    return obj
+
+
+def summary(line, results_file, run_dir):
+    """The one line a run prints when it ends: what it did, and where its results and its folder are."""
+    sps = f"{line['sps']:.0f}" if line["sps"] else "n/a"
+    mean_return = "n/a" if line["mean_return"] is None else f"{line['mean_return']:.1f}"
+    return (
+        f"{line['script']}: {line['status']}: {line['steps']} steps, {sps} steps/s, mean return {mean_return} over "
+        f"{line['episodes']} episodes; results: {Path(results_file).resolve()}, run folder: {Path(run_dir).resolve()}"
+    )
+
+
 def append_line(path, text):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -317,7 +338,7 @@ def first_non_finite(losses):
 
 def evaluate(args, device):
     """Play --eval-episodes full games with a checkpoint; actions sampled from the policy, as CleanRL's evals do."""
-    checkpoint = torch.load(args.eval_checkpoint, map_location=device)
+    checkpoint = torch.load(args.eval_checkpoint, map_location="cpu")  # load_state_dict copies to the device
     train_args = checkpoint["args"]
     envs = make_env(train_args["env_id"], train_args["num_envs"], args.seed)
     agent = Agent(envs.action_space.n).to(device)
@@ -337,7 +358,6 @@ def evaluate(args, device):
     envs.close()
     returns = returns[: args.eval_episodes]
     wall_s = time.time() - start
-    print(f"{SCRIPT}: {len(returns)} games, mean return {np.mean(returns):.2f}")
     return train_args["env_id"], steps, steps / max(wall_s, 1e-9), returns
 
 
@@ -372,10 +392,14 @@ def main(args):
         line.update(steps=steps, sps=sps, wall_s=time.time() - start_time, mean_return=mean_return)
         line.update(episodes=len(returns), status=status, losses=losses, message=message)
         line.update(time=datetime.now(UTC).isoformat())
-        append_line(args.results_file, json.dumps(line))
+        strict = finite_or_none(line)
+        append_line(args.results_file, json.dumps(strict, allow_nan=False))
+        print(summary(strict, args.results_file, run_dir))
 
     if args.eval_checkpoint is not None:
-        line["mode"] = "eval"
+        # an evaluation has no run folder of its own: it reports the folder of the checkpoint it played
+        run_dir = Path(args.eval_checkpoint).parent
+        line.update(mode="eval", run_name=run_dir.name, checkpoint=args.eval_checkpoint)
         try:
             line["env_id"], steps, sps, returns = evaluate(args, device)
         except KeyboardInterrupt:
@@ -402,6 +426,7 @@ def main(args):
         )
 
     global_step, episodic_returns, losses, marks = 0, [], {}, []
+    run_dir.mkdir(parents=True, exist_ok=True)
     try:
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
@@ -428,7 +453,6 @@ def main(args):
         dones = torch.zeros((args.num_steps, args.num_envs), device=device)
         values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
-        run_dir.mkdir(parents=True, exist_ok=True)
         curve = run_dir / "returns.csv"
         curve.write_text("step,wall_s,return\n")
         running_returns = np.zeros(args.num_envs)
@@ -485,11 +509,9 @@ def main(args):
             b_values = values.reshape(-1)
 
             # Optimizing the policy and value network
-            b_inds = np.arange(args.batch_size)
             for _epoch in range(args.update_epochs):
-                np.random.shuffle(b_inds)
-                for start in range(0, args.batch_size, args.minibatch_size):
-                    mb_inds = b_inds[start : start + args.minibatch_size]
+                # minibatch indices drawn on the device: no index upload per minibatch
+                for mb_inds in torch.randperm(args.batch_size, device=device).split(args.minibatch_size):
                     out = update_step(
                         b_obs[mb_inds],
                         b_actions[mb_inds],
