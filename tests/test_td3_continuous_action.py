@@ -1,0 +1,591 @@
+"""TD3 continuous-action pair: the math against float64 references, the replay buffer (wrap-around, filled rows only,
+true final observations with several envs), the twin against the eager script (vmap over stacked Q-parameters, fused
+target update, compiled update, graph breaks, no recompile), the scripts as subprocesses on CPU (smoke, save and
+evaluate, determinism, divergence, bad input) and learning on InvertedPendulum-v4."""
+
+import copy
+import csv
+
+import numpy as np
+import pytest
+import torch
+from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script
+from tensordict import TensorDict
+
+EAGER, TWIN = "td3_continuous_action", "td3_continuous_action_torchcompile"
+SCRIPTS = (EAGER, TWIN)
+eager, twin = load_script(EAGER), load_script(TWIN)
+MODULES = {EAGER: eager, TWIN: twin}
+
+# 300 steps, learning from step 100: 200 updates of batch 32 (100 with the actor), enough to run every part
+TINY = ("--learning-starts", "100", "--total-timesteps", "300", "--batch-size", "32", "--buffer-size", "1000")
+TINY += ("--measure-burnin", "10")
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_subprocess(monkeypatch):
+    # the scripts run as subprocesses beside this one on a 2-core machine: two OpenMP teams spinning on two cores
+    # slow each other down many times over
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def random_batch(n, seed, obs_dim=5, act_dim=3):
+    g = torch.Generator().manual_seed(seed)
+    terminated = (torch.rand(n, generator=g) < 0.3).float()
+    if n > 1:
+        terminated[0], terminated[1] = 1.0, 0.0  # one terminated transition, one truncated or running
+    return dict(
+        obs=torch.randn(n, obs_dim, generator=g),
+        actions=torch.rand(n, act_dim, generator=g) * 2 - 1,
+        rewards=torch.randn(n, generator=g),
+        next_obs=torch.randn(n, obs_dim, generator=g),
+        terminations=terminated,
+    )
+
+
+# ---------------------------------------------------------------- math
+
+
+def clipped_double_q_reference(rewards, terminated, next_q1, next_q2, gamma):
+    out = []
+    columns = (x.double().tolist() for x in (rewards, terminated, next_q1, next_q2))
+    for r, term, q1, q2 in zip(*columns):
+        out.append(r if term else r + gamma * min(q1, q2))  # a truncated transition still bootstraps
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("batch", [1, 9, 256])
+@pytest.mark.parametrize("gamma", [0.99, 0.9])
+def test_clipped_double_q_target_matches_float64_reference(name, batch, gamma):
+    g = torch.Generator().manual_seed(batch)
+    b = random_batch(batch, batch)
+    next_q1, next_q2 = torch.randn(batch, generator=g) * 5, torch.randn(batch, generator=g) * 5
+    got = MODULES[name].clipped_double_q_target(b["rewards"], b["terminations"], next_q1, next_q2, gamma)
+    want = clipped_double_q_reference(b["rewards"], b["terminations"], next_q1, next_q2, gamma)
+    assert got.shape == (batch,) and got.dtype == torch.float32
+    torch.testing.assert_close(got, want.float())
+
+
+def box(act_dim, seed):
+    g = torch.Generator().manual_seed(seed)
+    low = -torch.rand(act_dim, generator=g) * 3 - 0.5
+    high = torch.rand(act_dim, generator=g) * 2 + 0.5  # asymmetric boxes: scale and bias both matter
+    return low, high, (high - low) / 2
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("batch,act_dim", [(1, 1), (64, 6)])
+@pytest.mark.parametrize("policy_noise,noise_clip", [(0.2, 0.5), (1.0, 0.3)])
+def test_target_policy_smoothing_matches_float64_reference(name, batch, act_dim, policy_noise, noise_clip):
+    low, high, scale = box(act_dim, batch)
+    g = torch.Generator().manual_seed(act_dim)
+    next_actions = low + (high - low) * torch.rand(batch, act_dim, generator=g)
+    noise = torch.randn(batch, act_dim, generator=g) * 2  # some beyond the clip
+    got = MODULES[name].target_policy_smoothing(next_actions, noise, policy_noise, noise_clip, scale, low, high)
+    want = []
+    for a_row, n_row in zip(next_actions.double().tolist(), noise.double().tolist()):
+        row = []
+        for j, (a, n) in enumerate(zip(a_row, n_row)):
+            eps = min(max(n * policy_noise, -noise_clip), noise_clip) * float(scale[j])
+            row.append(min(max(a + eps, float(low[j])), float(high[j])))
+        want.append(row)
+    torch.testing.assert_close(got, torch.tensor(want).float())
+    if batch > 1:
+        assert (got == high).any() or (got == low).any(), "want actions clipped at the box"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_exploration_action_and_actor_loss_match_float64_reference(name):
+    low, high, scale = box(3, 5)
+    g = torch.Generator().manual_seed(0)
+    actions = low + (high - low) * torch.rand(128, 3, generator=g)
+    noise = torch.randn(128, 3, generator=g) * 3
+    got = MODULES[name].exploration_action(actions, noise, 0.1, scale, low, high)
+    want = [
+        [min(max(a + n * float(scale[j]) * 0.1, float(low[j])), float(high[j])) for j, (a, n) in enumerate(zip(ar, nr))]
+        for ar, nr in zip(actions.double().tolist(), noise.double().tolist())
+    ]
+    torch.testing.assert_close(got, torch.tensor(want).float())
+    q1 = torch.randn(128, 1, generator=g)
+    torch.testing.assert_close(MODULES[name].actor_loss_fn(q1), torch.tensor(-sum(q1.view(-1).tolist()) / 128))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_actor_acts_inside_the_box(name):
+    torch.manual_seed(0)
+    actor = MODULES[name].Actor(5, np.array([-2.0, 0.0]), np.array([2.0, 1.0]))
+    assert actor.action_scale.tolist() == [2.0, 0.5] and actor.action_bias.tolist() == [0.0, 0.5]
+    actions = actor(torch.randn(512, 5) * 100)  # extreme inputs drive the tanh to its ends
+    assert (actions[:, 0].abs() <= 2).all() and ((actions[:, 1] >= 0) & (actions[:, 1] <= 1)).all()
+    assert actions[:, 0].max() > 1.9 and actions[:, 0].min() < -1.9
+
+
+# ---------------------------------------------------------------- replay buffer
+
+
+def numbered(rows, obs_dim=3, act_dim=2, start=0):
+    """Transitions whose every field holds its row number (so a sampled row says where it came from)."""
+    ids = torch.arange(start, start + rows, dtype=torch.float32)
+    return dict(
+        obs=ids[:, None].expand(rows, obs_dim).clone(),
+        actions=ids[:, None].expand(rows, act_dim).clone(),
+        rewards=ids.clone(),
+        next_obs=ids[:, None].expand(rows, obs_dim).clone() + 0.5,
+        terminations=(ids % 2 == 0).float(),
+    )
+
+
+def start_count(name):
+    return 0 if name == EAGER else torch.zeros((), dtype=torch.long)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_buffer_add_wraps_around_and_overwrites_the_oldest_rows(name):
+    module = MODULES[name]
+    buffer = module.make_buffer(5, 3, 2, "cpu")
+    assert set(buffer) == {"obs", "actions", "rewards", "next_obs", "terminations"}
+    assert buffer["obs"].shape == (5, 3) and buffer["actions"].shape == (5, 2) and buffer["rewards"].shape == (5,)
+    count = start_count(name)
+    for start in (0, 2, 4):  # 3 vector steps of 2 envs: rows 0-1, 2-3, then 4 and (wrapped) 0
+        count = module.buffer_add(buffer, count, numbered(2, start=start))
+    assert int(count) == 6
+    assert buffer["rewards"].tolist() == [5.0, 1.0, 2.0, 3.0, 4.0]
+    assert buffer["obs"][0].tolist() == [5.0] * 3 and buffer["next_obs"][0].tolist() == [5.5] * 3
+    assert buffer["actions"][4].tolist() == [4.0, 4.0] and buffer["terminations"].tolist() == [0, 0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_buffer_samples_only_filled_rows_uniformly(name):
+    module = MODULES[name]
+    buffer = module.make_buffer(100, 3, 2, "cpu")
+    count = module.buffer_add(buffer, start_count(name), numbered(10))
+    torch.manual_seed(0)
+    batch = module.buffer_sample(buffer, count, 20000)
+    rows = batch["rewards"].long()
+    assert rows.min() == 0 and rows.max() == 9, "only the 10 filled rows"
+    # a row's fields stay together
+    assert torch.equal(batch["obs"][:, 0], batch["rewards"]) and torch.equal(batch["next_obs"][:, 1], rows + 0.5)
+    freq = torch.bincount(rows, minlength=10).float() / 20000
+    assert (freq - 0.1).abs().max() < 0.015, freq  # about 7 standard deviations of a binomial(20000, 0.1) share
+    # once full, every row can be drawn
+    count = module.buffer_add(buffer, count, numbered(95, start=10))
+    assert int(count) == 105
+    rows = module.buffer_sample(buffer, count, 20000)["rewards"].long()
+    assert set(rows.tolist()) == set(range(5, 105))
+
+
+def test_twin_buffer_functions_compile_whole():
+    buffer = twin.make_buffer(50, 3, 2, "cpu")
+    add = torch.compile(twin.buffer_add, fullgraph=True)
+    sample = torch.compile(twin.buffer_sample, fullgraph=True)
+    count = torch.zeros((), dtype=torch.long)
+    with torch._dynamo.config.patch(error_on_recompile=False):
+        count = add(buffer, count, numbered(4))
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for start in range(4, 60, 4):
+            count = add(buffer, count, numbered(4, start=start))
+        assert int(count) == 60 and buffer["rewards"][:10].tolist() == list(range(50, 60))
+        rows = sample(buffer, count, 4096)["rewards"].long()
+    assert rows.min() >= 10 and rows.max() <= 59 and len(set(rows.tolist())) == 50
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_truncated_transitions_keep_their_true_final_observation(name):
+    """Three InvertedPendulum envs with a 6-step limit and random actions: episodes end by termination (the pole
+    falls) and by truncation. The buffer must hold each step's true next obs, not the obs the autoreset began the next
+    episode with, and mark only the terminated transitions."""
+    module = MODULES[name]
+    envs = module.make_envs("InvertedPendulum-v4", 3, max_episode_steps=6)
+    buffer = module.make_buffer(200, 4, 1, "cpu")
+    count = start_count(name)
+    rng = np.random.default_rng(0)
+    obs, _ = envs.reset(seed=0)
+    seen = {"terminated": 0, "truncated": 0}
+    ended = np.zeros((60, 3), dtype=bool)
+    for step in range(60):
+        actions = rng.uniform(-3, 3, size=(3, 1)).astype(np.float32)
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        transition = dict(
+            obs=torch.as_tensor(obs, dtype=torch.float32),
+            actions=torch.as_tensor(actions),
+            rewards=torch.as_tensor(rewards, dtype=torch.float32),
+            next_obs=torch.as_tensor(module.real_next_obs(next_obs, infos), dtype=torch.float32),
+            terminations=torch.as_tensor(terminations, dtype=torch.float32),
+        )
+        count = module.buffer_add(buffer, count, transition)
+        rows = slice(3 * step, 3 * step + 3)
+        for i in range(3):
+            if terminations[i] or truncations[i]:
+                final = torch.as_tensor(infos["final_obs"][i], dtype=torch.float32)
+                assert torch.equal(buffer["next_obs"][rows][i], final)
+                assert not torch.equal(buffer["next_obs"][rows][i], torch.as_tensor(next_obs[i], dtype=torch.float32))
+                seen["terminated" if terminations[i] else "truncated"] += 1
+            else:
+                assert torch.equal(buffer["next_obs"][rows][i], torch.as_tensor(next_obs[i], dtype=torch.float32))
+            assert buffer["terminations"][rows][i] == float(terminations[i])  # truncation does not stop the bootstrap
+        ended[step] = terminations | truncations
+        obs = next_obs  # the next transition starts from the reset obs where an episode ended
+    envs.close()
+    assert seen["terminated"] >= 3 and seen["truncated"] >= 3, seen
+    # one env's consecutive transitions chain up (obs = the previous next obs) except across an episode end
+    obs_rows, next_rows = buffer["obs"][3:180].view(59, 3, 4), buffer["next_obs"][:177].view(59, 3, 4)
+    chained = (obs_rows == next_rows).all(-1).numpy()
+    assert (chained == ~ended[:59]).all()
+
+
+# ---------------------------------------------------------------- twin against eager
+
+
+def networks(obs_dim=5, act_dim=3, seed=0):
+    torch.manual_seed(seed)
+    actor = eager.Actor(obs_dim, -np.ones(act_dim) * 2, np.ones(act_dim))
+    qf1, qf2 = eager.QNetwork(obs_dim, act_dim), eager.QNetwork(obs_dim, act_dim)
+    return actor, qf1, qf2
+
+
+def stacked(qf1, qf2, obs_dim=5, act_dim=3):
+    """The twin's Q-networks: copies of qf1 and qf2 stacked, and the meta-device network they run through."""
+    params = TensorDict.from_modules(copy.deepcopy(qf1), copy.deepcopy(qf2), as_module=True)
+    return params, twin.QNetwork(obs_dim, act_dim).to("meta")
+
+
+def params_of(*modules):
+    return [p for module in modules for p in module.parameters()]
+
+
+def test_vmap_over_stacked_q_params_equals_the_two_networks():
+    _, qf1, qf2 = networks()
+    params, qnet = stacked(qf1, qf2)
+    b = random_batch(33, 1)
+    got = twin.q_values(qnet, params, b["obs"], b["actions"])
+    want = torch.stack([qf1(b["obs"], b["actions"]).view(-1), qf2(b["obs"], b["actions"]).view(-1)])
+    assert got.shape == (2, 33)
+    torch.testing.assert_close(got, want)
+    (got * torch.tensor([[1.0], [-2.0]])).sum().backward()
+    (want * torch.tensor([[1.0], [-2.0]])).sum().backward()
+    torch.testing.assert_close(params["fc1", "weight"].grad[0], qf1.fc1.weight.grad)
+    torch.testing.assert_close(params["fc3", "bias"].grad[1], qf2.fc3.bias.grad)
+
+
+def test_fused_target_update_equals_the_per_parameter_one():
+    actor, qf1, qf2 = networks()
+    actor_target, t1, t2 = networks(seed=1)
+    t_actor_target = copy.deepcopy(actor_target)
+    params, _ = stacked(qf1, qf2)
+    target = TensorDict.from_modules(t1, t2).data.clone()
+    update = torch.compile(twin.update_targets, fullgraph=True)
+    for _ in range(3):
+        eager.update_targets(params_of(actor_target, t1, t2), params_of(actor, qf1, qf2), 0.005)
+        update(
+            params_of(t_actor_target) + list(target.values(True, True)),
+            params_of(actor) + list(params.data.values(True, True)),
+            0.005,
+        )
+    torch.testing.assert_close(target["fc2", "weight"][0], t1.fc2.weight, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(target["fc3", "bias"][1], t2.fc3.bias, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(t_actor_target.state_dict(), actor_target.state_dict(), rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(t1.fc2.weight, networks(seed=1)[1].fc2.weight), "the targets moved"
+
+
+def test_twin_updates_equal_eager_updates():
+    """Same weights, same batch, same noise: the twin's critic and actor steps (vmapped Q, Q1 sliced from the stack
+    and detached in the actor loss, fused target lerp) move every parameter as the eager ones do."""
+    actor, qf1, qf2 = networks()
+    actor_target, t_actor = copy.deepcopy(actor), copy.deepcopy(actor)
+    t_actor_target = copy.deepcopy(actor)
+    qf1_target, qf2_target = copy.deepcopy(qf1), copy.deepcopy(qf2)
+    params, qnet = stacked(qf1, qf2)
+    target = params.data.clone()
+    q_opt = torch.optim.Adam(params_of(qf1, qf2), lr=3e-4)
+    t_q_opt = torch.optim.Adam(params.parameters(), lr=3e-4)
+    a_opt, t_a_opt = torch.optim.Adam(actor.parameters(), lr=3e-4), torch.optim.Adam(t_actor.parameters(), lr=3e-4)
+    for step in range(3):
+        b = random_batch(32, step)
+        torch.manual_seed(step)
+        want = eager.critic_update(actor_target, qf1, qf2, qf1_target, qf2_target, q_opt, b, 0.99, 0.2, 0.5)
+        want["actor_loss"] = eager.actor_update(actor, qf1, a_opt, b["obs"])
+        torch.manual_seed(step)
+        got = twin.critic_update(t_actor_target, qnet, params, target, t_q_opt, b, 0.99, 0.2, 0.5)
+        got["actor_loss"] = twin.actor_update(t_actor, qnet, params, t_a_opt, b["obs"])
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        eager.update_targets(params_of(actor_target, qf1_target, qf2_target), params_of(actor, qf1, qf2), 0.005)
+        twin.update_targets(
+            params_of(t_actor_target) + list(target.values(True, True)),
+            params_of(t_actor) + list(params.data.values(True, True)),
+            0.005,
+        )
+    torch.testing.assert_close(t_actor.state_dict(), actor.state_dict(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(t_actor_target.state_dict(), actor_target.state_dict(), rtol=1e-5, atol=1e-6)
+    for i, (qf, qf_target) in enumerate(((qf1, qf1_target), (qf2, qf2_target))):
+        for key in ("fc1", "fc2", "fc3"):
+            torch.testing.assert_close(params[key, "weight"][i], getattr(qf, key).weight, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(target[key, "bias"][i], getattr(qf_target, key).bias, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(qf1.fc1.weight, networks()[1].fc1.weight)
+
+
+def twin_learner(seed=0):
+    actor, qf1, qf2 = networks(obs_dim=4, act_dim=1, seed=seed)
+    params, qnet = stacked(qf1, qf2, 4, 1)
+    return dict(
+        actor=actor,
+        actor_target=copy.deepcopy(actor),
+        qnet=qnet,
+        params=params,
+        target=params.data.clone(),
+        q_opt=torch.optim.Adam(params.parameters(), lr=3e-4),
+        a_opt=torch.optim.Adam(actor.parameters(), lr=3e-4),
+        buffer=twin.make_buffer(1000, 4, 1, "cpu"),
+    )
+
+
+def call_train_step(fn, learner, count, transition, policy_update):
+    L = learner
+    return fn(
+        L["actor"], L["actor_target"], L["qnet"], L["params"], L["target"], L["q_opt"], L["a_opt"],
+        L["buffer"], count, transition, policy_update=policy_update,
+        batch_size=32, gamma=0.99, tau=0.005, policy_noise=0.2, noise_clip=0.5,
+    )  # fmt: skip
+
+
+def test_compiled_train_step_equals_the_uncompiled_one_without_recompiles():
+    """The twin's whole update (buffer write, sampling, critic, actor and fused targets on policy steps) compiled on
+    CPU, against the same function run eagerly, step by step; inductor draws its random numbers as eager does
+    (fallback_random), so both see the same batches and noise. Both variants (with and without the actor) compile
+    once; later calls recompile nothing, and the graph breaks are only PyTorch's own."""
+    ref, comp = twin_learner(), twin_learner()
+    g = torch.Generator().manual_seed(0)
+    fill = dict(
+        obs=torch.randn(64, 4, generator=g),
+        actions=torch.rand(64, 1, generator=g) * 6 - 3,
+        rewards=torch.randn(64, generator=g),
+        next_obs=torch.randn(64, 4, generator=g),
+        terminations=(torch.rand(64, generator=g) < 0.2).float(),
+    )
+    counts = [twin.buffer_add(L["buffer"], torch.zeros((), dtype=torch.long), fill) for L in (ref, comp)]
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(twin.train_step)
+    with torch._inductor.config.patch(fallback_random=True):
+        for call, policy_update in enumerate([False, True, False, True, False]):
+            transition = {k: v[call : call + 1] for k, v in random_batch(6, 10 + call, 4, 1).items()}
+            torch.manual_seed(call)
+            counts[0], want = call_train_step(twin.train_step, ref, counts[0], transition, policy_update)
+            torch.manual_seed(call)
+            with torch._dynamo.config.patch(error_on_recompile=call > 1):
+                counts[1], got = call_train_step(compiled, comp, counts[1], transition, policy_update)
+            if call == 1:
+                breaks = graph_breaks_by_reason()
+            assert int(counts[1]) == int(counts[0]) == 65 + call
+            assert (
+                set(got)
+                == set(want)
+                == {"qf_loss", "qf1_values", "qf2_values"} | ({"actor_loss"} if policy_update else set())
+            )
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+            for key in ("actor", "actor_target", "params"):
+                torch.testing.assert_close(comp[key].state_dict(), ref[key].state_dict(), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(comp["target"], ref["target"], rtol=1e-4, atol=1e-6)
+    assert breaks == GRAPH_BREAKS, breaks
+    assert graph_breaks_by_reason() == breaks, "the later calls compiled again"
+
+
+# The graph breaks of the two compiled update variants, all PyTorch's own: Optimizer.zero_grad (marked skipped),
+# Tensor.backward() and the two graph_break() calls inside Optimizer.step, over the critic and actor optimizers
+GRAPH_BREAKS = {"zero_grad": 3, "backward": 2, "optimizer.step": 4}
+
+
+def graph_breaks_by_reason():
+    found = {}
+    for reason, count in torch._dynamo.utils.counters["graph_break"].items():
+        if "Optimizer.zero_grad" in reason:
+            key = "zero_grad"
+        elif "Tensor.backward()" in reason:
+            key = "backward"
+        elif "torch._dynamo.graph_break()" in reason:
+            key = "optimizer.step"  # the only graph_break() calls in reach are those in torch/optim
+        else:
+            key = reason.splitlines()[0]
+        found[key] = found.get(key, 0) + count
+    return found
+
+
+def test_policy_step_compiles_whole():
+    torch.manual_seed(0)
+    actor = twin.Actor(4, np.array([-3.0]), np.array([3.0]))
+    policy = torch.compile(twin.act, fullgraph=True)
+    obs = torch.randn(8, 4)
+    with torch._dynamo.config.patch(error_on_recompile=False):
+        first = policy(actor, obs, 0.1)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        draws = torch.stack([policy(actor, obs, 0.1) for _ in range(400)])
+    assert first.shape == (8, 1) and draws.abs().max() <= 3
+    # the actor's action plus N(0, (3 * 0.1)^2) noise
+    torch.testing.assert_close(draws.mean(0), actor(obs).detach(), atol=0.06, rtol=0)
+    assert ((draws.std(0) - 0.3).abs() < 0.05).all(), draws.std(0)
+
+
+# ---------------------------------------------------------------- scripts as subprocesses
+
+
+def read_curve(line, tmp_path):
+    return (tmp_path / line["run_name"] / "returns.csv").read_text()
+
+
+# the twin with --compile runs end to end in the learning test below (its results line and summary checked there)
+@pytest.mark.parametrize(
+    "name,flags",
+    [(EAGER, ()), (TWIN, ("--num-envs", "2"))],
+    ids=["eager", "twin-2envs"],
+)
+def test_smoke_tiny_budget(name, flags, tmp_path):
+    proc, lines = run_script(name, *TINY, *flags, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = lines
+    assert_finite_results_line(line, name)
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    assert line["env_id"] == "HalfCheetah-v4" and line["mode"] == "train" and line["steps"] == 300
+    assert line["compile"] is ("--compile" in flags) and line["cudagraphs"] is False
+    assert set(line["losses"]) == {"qf_loss", "qf1_values", "qf2_values", "actor_loss"}
+    curve = read_curve(line, tmp_path).splitlines()
+    assert curve[0] == "step,wall_s,return" and len(curve) == line["episodes"] + 1
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_runs_are_deterministic_and_the_checkpoint_evaluates(name, tmp_path):
+    """Same seed, same machine, on CPU: the same losses and the same episodes twice; the saved actor plays."""
+    runs = []
+    for i in range(2):
+        (tmp_path / str(i)).mkdir()
+        flags = ("--env-id", "InvertedPendulum-v4", "--save-model")
+        proc, lines = run_script(name, *TINY, *flags, tmp_path=tmp_path / str(i))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(lines[0])
+    assert runs[0]["episodes"] > 0
+    for key in ("losses", "mean_return", "episodes", "steps"):
+        assert runs[0][key] == runs[1][key], key
+    curves = [read_curve(line, tmp_path / str(i)) for i, line in enumerate(runs)]
+    assert [row.split(",")[::2] for row in curves[0].splitlines()] == [
+        row.split(",")[::2] for row in curves[1].splitlines()
+    ]
+
+    tmp_path = tmp_path / "1"
+    checkpoint_path = tmp_path / runs[1]["run_name"] / f"{name}.pt"
+    assert not list(checkpoint_path.parent.glob("*.tmp")), "the checkpoint is written atomically"
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    assert checkpoint["args"]["env_id"] == "InvertedPendulum-v4" and "fc_mu.weight" in checkpoint["actor"]
+    proc, lines = run_script(name, "--eval-checkpoint", str(checkpoint_path), "--eval-episodes", "3", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = lines[-1]
+    assert line["mode"] == "eval" and line["status"] == "ok" and line["env_id"] == "InvertedPendulum-v4"
+    assert line["episodes"] == 3 and line["mean_return"] > 0 and line["steps"] > 0
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_non_finite_loss_stops_the_run_as_diverged(name, tmp_path):
+    # a huge step size: the Q-weights blow up after the first steps, the Q-values and the loss overflow
+    proc, lines = run_script(
+        name, *TINY, "--env-id", "InvertedPendulum-v4", "--learning-rate", "1e30", tmp_path=tmp_path
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    [line] = lines  # parsed strictly: no NaN in the file
+    assert line["status"] == "diverged" and line["message"].startswith("loss diverged at step ")
+    assert f"{name}.py: {line['message']}" in proc.stderr
+    assert None in line["losses"].values()
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+BAD_INPUTS = [
+    (("--env-id", "CartPole-v1"), "--env-id"),  # discrete actions
+    (("--env-id", "NoSuchEnv-v0"), "--env-id"),
+    (("--env-id", "Breakout-v5"), "--env-id"),  # an Atari (envpool) id
+    (("--batch-size", "2000", "--buffer-size", "1000"), "--batch-size"),
+    (("--learning-starts", "10000000"), "--learning-starts"),
+    (("--total-timesteps", "1000", "--learning-starts", "1000"), "--learning-starts"),
+    (("--buffer-size", "0"), "--buffer-size"),
+    (("--batch-size", "-1"), "--batch-size"),
+    (("--num-envs", "0"), "--num-envs"),
+    (("--policy-frequency", "0"), "--policy-frequency"),
+    (("--tau", "1.5"), "--tau"),
+    (("--noise-clip", "-0.1"), "--noise-clip"),
+]
+
+
+def flags_to_args(module, flags):
+    fields = {flag.removeprefix("--").replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2])}
+    defaults = module.Args()
+    return module.Args(**{k: type(getattr(defaults, k))(v) for k, v in fields.items()})
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("flags,flag", BAD_INPUTS, ids=[" ".join(f) for f, _ in BAD_INPUTS])
+def test_bad_input_exits_2_with_one_line(name, flags, flag, capsys, tmp_path):
+    args = flags_to_args(MODULES[name], flags)
+    args.results_file = str(tmp_path / "results.jsonl")
+    args.cuda = False
+    with pytest.raises(SystemExit) as exit_info:
+        MODULES[name].main(args)
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: ") and flag in err[0], err
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "name,flags,flag",
+    [
+        (TWIN, ("--cudagraphs",), "--cudagraphs"),
+        (EAGER, ("--env-id", "CartPole-v1"), "--env-id"),
+    ],
+)
+def test_bad_input_from_the_command_line(name, flags, flag, tmp_path):
+    proc, lines = run_script(name, *TINY, *flags, tmp_path=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: ") and flag in err[0], proc.stderr
+    assert "Traceback" not in proc.stderr and lines == []
+    if flag == "--cudagraphs":
+        assert err[0] == f"{name}.py: error: --cudagraphs needs CUDA, and none is available"
+
+
+# ---------------------------------------------------------------- learning
+# InvertedPendulum-v4: the best return is 1000 (1000 steps balanced); uniform random actions get about 6-8.
+
+
+def learn(name, flags, tmp_path):
+    """Train on InvertedPendulum-v4; returns (results line, mean of the last 10 episodic returns)."""
+    proc, lines = run_script(name, "--env-id", "InvertedPendulum-v4", *flags, tmp_path=tmp_path, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = lines[0]
+    assert_finite_results_line(line, name)
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    assert line["compile"] is ("--compile" in flags)
+    returns = [float(row["return"]) for row in csv.DictReader((tmp_path / line["run_name"] / "returns.csv").open())]
+    return line, sum(returns[-10:]) / len(returns[-10:])
+
+
+# CI budget: CleanRL's hyper-parameters but for 500 random steps (not 25000) and batches of 64 (not 256): 3500 updates
+QUICK = ["--learning-starts", "500", "--total-timesteps", "4000", "--batch-size", "64"]
+
+
+@pytest.mark.parametrize("name,flags", [(EAGER, ()), (TWIN, ("--compile",))], ids=["eager", "twin-compile"])
+def test_learns_inverted_pendulum_in_4k_steps(name, flags, tmp_path):
+    """Bar: mean of the last 10 episodes >= 40 (5x a random policy). Measured on this budget (2-core AMD EPYC,
+    shared with other jobs, one torch thread): last 10 episodes 60.6, 58.1, 64.8 (eager, seeds 1-3) and 59.4 (twin
+    --compile, seed 1); 25-60 s per eager run and 158 s for the twin (about 60 s of it compiling) on that machine."""
+    _, last10 = learn(name, [*QUICK, *flags], tmp_path)
+    assert last10 >= 40, last10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,flags", [(EAGER, ()), (TWIN, ("--compile",))], ids=["eager", "twin-compile"])
+def test_balances_inverted_pendulum_within_50k_steps(name, flags, tmp_path):
+    """CleanRL's defaults but 10k random steps (not 25k) for 50k steps: the last 10 episodes balance (>= 900 of 1000).
+    Not yet run: the shared 2-core machine of this session had no room for it."""
+    line, last10 = learn(name, ["--learning-starts", "10000", "--total-timesteps", "50000", *flags], tmp_path)
+    assert last10 >= 900, last10
