@@ -11,6 +11,7 @@ import random
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -146,7 +147,8 @@ def check_args(args):
             )
         fail(f"--env-id {args.env_id} is not a registered gymnasium env (try HalfCheetah-v4)")
     try:
-        env = gym.make(args.env_id)
+        with mujoco_settotalmass_warning_dropped():
+            env = gym.make(args.env_id)
     except Exception as err:
         fail(f"--env-id {args.env_id} could not be made: {type(err).__name__}: {err}".splitlines()[0])
     action_space, observation_space = env.action_space, env.observation_space
@@ -163,11 +165,44 @@ def check_args(args):
         )
 
 
+@contextmanager
+def mujoco_settotalmass_warning_dropped():
+    """Drop one MuJoCo warning, and only while an env is made.
+
+    gymnasium's HalfCheetah-v4 model (half_cheetah.xml) sets <compiler settotalmass="14">, which MuJoCo 4 deprecates:
+    compiling it prints a 'settotalmass' deprecation warning on stderr (and writes MUJOCO_LOG.TXT) each time the env
+    is made. The -v4 envs take no other XML, so the call cannot be avoided. MuJoCo's warnings come from C through
+    its warning callback, not through Python's `warnings`, so this drops exactly that message there and prints any
+    other one as MuJoCo does; MuJoCo's own handler is back once the env is made.
+    """
+    try:
+        import mujoco
+    except ImportError:  # an env that needs no MuJoCo
+        yield
+        return
+    previous = mujoco.get_mju_user_warning()
+
+    def handler(msg):
+        if "'settotalmass' is deprecated" in msg:
+            return
+        if previous is not None:
+            previous(msg)
+        else:
+            print(f"WARNING: {msg}", file=sys.stderr)
+
+    mujoco.set_mju_user_warning(handler)
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
+
+
 def make_env(env_id, gamma):
     """CleanRL's wrapper stack; RecordEpisodeStatistics sits inside the normalisation, so it sees raw rewards."""
 
     def thunk():
-        env = gym.make(env_id)
+        with mujoco_settotalmass_warning_dropped():
+            env = gym.make(env_id)
         env = gym.wrappers.FlattenObservation(env)
         env = gym.wrappers.RecordEpisodeStatistics(env)
         env = gym.wrappers.ClipAction(env)
@@ -318,6 +353,19 @@ def update(agent, optimizer, batch, clip_coef, ent_coef, vf_coef, norm_adv, clip
     return dict(loss=loss.detach(), **stats)
 
 
+@contextmanager
+def invalid_policy_is_divergence(step):
+    """Normal's argument check (on here, as in CleanRL) raises ValueError when an update left the policy's mean NaN or
+    its std 0 or infinite: the loss cannot even be formed. That is the run diverging, and it is reported as such."""
+    try:
+        yield
+    except ValueError as err:
+        if "Expected parameter" not in str(err):
+            raise
+        parameter = str(err).split()[2]  # "Expected parameter scale (Tensor of shape ...) of distribution Normal..."
+        raise Diverged(f"loss diverged at step {step}: the policy's Normal {parameter} has invalid values") from None
+
+
 def cpu_name():
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -335,12 +383,29 @@ def sps_since_burnin(marks, measure_burnin, iterations_done, steps):
     return (steps - start_steps) / elapsed if steps > start_steps and elapsed > 0 else None
 
 
-def finite_or_none(x):
-    return x if x is None or math.isfinite(x) else None
+def finite_or_none(obj):
+    """A results line is strict JSON: every non-finite float (NaN, inf), nested ones included, becomes null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: finite_or_none(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_or_none(value) for value in obj]
+    return obj
 
 
-def write_results(args, device, **fields):
-    """Append the run's one JSON line to args.results_file."""
+def summary(line, results_file, run_dir):
+    """The one line a run prints when it ends: what it did, and where its results and its folder are."""
+    sps = f"{line['sps']:.0f}" if line["sps"] else "n/a"
+    mean_return = "n/a" if line["mean_return"] is None else f"{line['mean_return']:.1f}"
+    return (
+        f"{line['script']}: {line['status']}: {line['steps']} steps, {sps} steps/s, mean return {mean_return} over "
+        f"{line['episodes']} episodes; results: {Path(results_file).resolve()}, run folder: {Path(run_dir).resolve()}"
+    )
+
+
+def write_results(args, device, run_dir, **fields):
+    """Append the run's one JSON line to args.results_file, then print the summary line."""
     line = dict(
         script=Path(__file__).name,
         env_id=args.env_id,
@@ -355,11 +420,12 @@ def write_results(args, device, **fields):
         time=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     line.update(fields)
-    line["losses"] = {k: finite_or_none(v) for k, v in line.get("losses", {}).items()}
+    line = finite_or_none(line)
     path = Path(args.results_file)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
-        f.write(json.dumps(line) + "\n")
+        f.write(json.dumps(line, allow_nan=False) + "\n")
+    print(summary(line, path, run_dir), flush=True)
 
 
 def save_checkpoint(path, args, agent, envs):
@@ -379,40 +445,62 @@ def save_checkpoint(path, args, agent, envs):
     os.replace(tmp, path)
 
 
+def load_checkpoint(path, device):
+    """(training args, weights on `device`, observation statistics as numpy arrays) of a saved checkpoint.
+
+    Everything is loaded to the CPU first: numpy reads only CPU tensors (a checkpoint loaded straight to CUDA
+    would fail there); the weights then move to `device`.
+    """
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    rms = checkpoint["obs_rms"]
+    obs_stats = dict(mean=rms["mean"].numpy(), var=rms["var"].numpy(), count=float(rms["count"]))
+    weights = {key: value.to(device) for key, value in checkpoint["model"].items()}
+    return checkpoint["args"], weights, obs_stats
+
+
 def evaluate(args, device):
     """Play args.eval_episodes episodes with the deterministic (mean) action, normalisation frozen."""
     try:
-        checkpoint = torch.load(args.eval_checkpoint, map_location=device, weights_only=True)
-        train_args, rms = checkpoint["args"], checkpoint["obs_rms"]
+        train_args, weights, obs_stats = load_checkpoint(args.eval_checkpoint, device)
+        env_id, gamma = train_args["env_id"], train_args["gamma"]
     except Exception as err:
         fail(f"--eval-checkpoint {args.eval_checkpoint} is not a checkpoint of this script ({type(err).__name__})")
-    args.env_id, args.total_timesteps = train_args["env_id"], 0
-    envs = make_envs(train_args["env_id"], train_args["gamma"], 1)
-    normalizer = obs_normalizer(envs.envs[0])
-    normalizer.obs_rms.mean = rms["mean"].numpy()
-    normalizer.obs_rms.var = rms["var"].numpy()
-    normalizer.obs_rms.count = rms["count"]
-    normalizer.update_running_mean = False
-    agent = Agent(envs).to(device)
-    agent.load_state_dict(checkpoint["model"])
-    run_name = f"{train_args['env_id']}__{args.exp_name}__eval__{args.seed}__{int(time.time())}"
-
+    args.env_id, args.total_timesteps = env_id, 0
+    # an evaluation has no run folder of its own: it reports the folder of the checkpoint it plays
+    run_dir = Path(args.eval_checkpoint).parent
     start_time, steps, returns = time.time(), 0, []
-    next_obs, _ = envs.reset(seed=args.seed)
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            action = agent.actor_mean(torch.Tensor(next_obs).to(device))
-        next_obs, _, _, _, infos = envs.step(action.cpu().numpy())
-        steps += 1
-        returns += [r for r, _ in finished_episodes(infos)]
-    envs.close()
-    wall = time.time() - start_time
-    print(f"eval of {args.eval_checkpoint}: mean return {np.mean(returns):.1f} over {len(returns)} episodes")
-    write_results(
-        args, device, run_name=run_name, mode="eval", checkpoint=args.eval_checkpoint, steps=steps,
-        sps=steps / wall, wall_s=wall, mean_return=float(np.mean(returns)), episodes=len(returns),
-        status="ok", losses={}, message=None,
-    )  # fmt: skip
+    status, message = "ok", None
+    try:
+        envs = make_envs(env_id, gamma, 1)
+        normalizer = obs_normalizer(envs.envs[0])
+        normalizer.obs_rms.mean, normalizer.obs_rms.var = obs_stats["mean"], obs_stats["var"]
+        normalizer.obs_rms.count = obs_stats["count"]
+        normalizer.update_running_mean = False
+        agent = Agent(envs).to(device)
+        agent.load_state_dict(weights)
+        next_obs, _ = envs.reset(seed=args.seed)
+        while len(returns) < args.eval_episodes:
+            with torch.no_grad():
+                action = agent.actor_mean(torch.Tensor(next_obs).to(device))
+            next_obs, _, _, _, infos = envs.step(action.cpu().numpy())
+            steps += 1
+            returns += [r for r, _ in finished_episodes(infos)]
+        envs.close()
+    except KeyboardInterrupt:
+        status, message = "interrupted", "interrupted by the user"
+    except Exception as err:
+        status, message = "error", f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        wall = time.time() - start_time
+        write_results(
+            args, device, run_dir, run_name=run_dir.name, mode="eval", checkpoint=args.eval_checkpoint,
+            steps=steps, sps=steps / wall if steps and wall > 0 else None, wall_s=wall,
+            mean_return=float(np.mean(returns)) if returns else None, episodes=len(returns),
+            status=status, losses={}, message=message,
+        )  # fmt: skip
+    if status == "interrupted":
+        sys.exit(130)
 
 
 def main(args):
@@ -483,7 +571,7 @@ def main(args):
                 dones[step] = next_done
 
                 # ALGO LOGIC: action logic
-                with torch.no_grad():
+                with torch.no_grad(), invalid_policy_is_divergence(global_step):
                     action, logprob, _, value = agent.get_action_and_value(next_obs)
                     values[step] = value.flatten()
                 actions[step] = action
@@ -526,10 +614,11 @@ def main(args):
                 np.random.shuffle(b_inds)
                 for start in range(0, args.batch_size, args.minibatch_size):
                     mb_inds = b_inds[start : start + args.minibatch_size]
-                    stats = update(
-                        agent, optimizer, {k: v[mb_inds] for k, v in b.items()}, args.clip_coef, args.ent_coef,
-                        args.vf_coef, args.norm_adv, args.clip_vloss, args.max_grad_norm,
-                    )  # fmt: skip
+                    with invalid_policy_is_divergence(global_step):
+                        stats = update(
+                            agent, optimizer, {k: v[mb_inds] for k, v in b.items()}, args.clip_coef, args.ent_coef,
+                            args.vf_coef, args.norm_adv, args.clip_vloss, args.max_grad_norm,
+                        )  # fmt: skip
                     # one host read per minibatch (CleanRL reads its clipfrac here too): stop at the first bad loss
                     if not math.isfinite(stats["loss"]):
                         losses = {k: float(v) for k, v in stats.items()}
@@ -574,7 +663,7 @@ def main(args):
         returns_csv.close()
         envs.close()
         write_results(
-            args, device, run_name=run_name, mode="train", steps=global_step,
+            args, device, run_dir, run_name=run_name, mode="train", steps=global_step,
             sps=sps_since_burnin(marks, args.measure_burnin, iterations_done, global_step),
             wall_s=time.time() - start_time,
             mean_return=float(np.mean(episode_returns[-100:])) if episode_returns else None,

@@ -1,16 +1,18 @@
-"""PPO continuous-action pair: the math against float64 references, the twin against the eager script, the
-scripts as subprocesses on CPU (smoke, save and evaluate, bad input, determinism) and learning on
-InvertedPendulum-v4."""
+"""PPO continuous-action pair: the math against float64 references, the twin against the eager script, the twin's
+compiled pieces (whole graphs, pinned breaks, no recompiles), the scripts as subprocesses on CPU (smoke, save and
+evaluate, bad input, a real divergence, determinism) and learning on InvertedPendulum-v4."""
 
 import copy
 import csv
+import re
 import types
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
 import torch
 import tyro
-from conftest import assert_finite_results_line, load_script, run_script
+from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script
 from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
 from tensordict import TensorDict
 
@@ -58,10 +60,14 @@ def test_twin_gae_equals_eager_gae(shape):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_twin_gae_compiles_to_the_same_values():
-    inputs = random_rollout(2048, 1, seed=3)
-    compiled = torch.compile(twin.gae)
-    torch.testing.assert_close(compiled(*inputs, 0.99, 0.95), twin.gae(*inputs, 0.99, 0.95), rtol=1e-5, atol=1e-5)
+def test_twin_gae_compiles_whole_once_to_the_same_values():
+    """fullgraph=True: the doubling scan is one graph; a new rollout of the same shape runs it again, no recompile."""
+    compiled = torch.compile(twin.gae, fullgraph=True)
+    for iteration in range(2):
+        inputs = random_rollout(2048, 1, seed=3 + iteration)
+        with torch._dynamo.config.patch(error_on_recompile=iteration > 0):
+            got = compiled(*inputs, 0.99, 0.95)
+        torch.testing.assert_close(got, twin.gae(*inputs, 0.99, 0.95), rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- PPO loss
@@ -160,10 +166,82 @@ def test_compiled_update_equals_eager_update():
             opt_c.param_groups[0]["lr"].fill_(1e-4)
         batch = minibatch(64, seed)
         want = twin.update(agent, opt, batch, **HYPER)
-        got = compiled(agent_c, opt_c, batch, **HYPER)
+        with torch._dynamo.config.patch(error_on_recompile=seed > 1):
+            got = compiled(agent_c, opt_c, batch, **HYPER)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(agent_c.state_dict(), agent.state_dict(), rtol=1e-5, atol=1e-6)
     assert not torch.equal(agent.actor_logstd, torch.zeros_like(agent.actor_logstd)), "the update did nothing"
+
+
+def test_twin_policy_step_compiles_whole_once_and_samples_as_eager():
+    """The policy step as the twin compiles it on CPU (fullgraph=True here, aten's RNG): one graph, no recompile for
+    new observations, and with the same seed the same actions, log-probs and values as the eager step."""
+    torch.manual_seed(0)
+    agent = twin.Agent(SPACES)
+    compiled = torch.compile(agent.get_action_and_value, fullgraph=True, options={"fallback_random": True})
+    for step in range(3):
+        obs = torch.randn(1, 5)
+        with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=step > 0):
+            torch.manual_seed(step)
+            got = compiled(obs)
+            torch.manual_seed(step)
+            want = agent.get_action_and_value(obs)
+        torch.testing.assert_close(got, want)
+
+
+def test_graph_breaks_of_the_twin_update_are_pytorchs_own():
+    """Each break is compiled code handing back to Python; this pins them so that a new one fails here."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    agent = twin.Agent(SPACES)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    counters.clear()
+    update = torch.compile(twin.update, backend=counting_backend)
+    update(agent, optimizer, minibatch(64, 0), **HYPER)
+    breaks = {reason.splitlines()[0]: count for reason, count in counters["graph_break"].items()}
+    # torch 2.13 cuts the update into 4 graphs at 3 breaks, as dynamo counts them:
+    # - loss.backward(): dynamo does not trace backward() (trace_autograd_ops is off), 1
+    # - Optimizer.step's wrapper calls torch._dynamo.graph_break() before and after the step, 2
+    # Optimizer.zero_grad would add one more ("marked as skipped"): the twin sets the grads to None itself.
+    assert breaks == {"Unsupported Tensor.backward() call": 1, "Call to `torch._dynamo.graph_break()`": 2}, breaks
+    assert len(graphs) == 4
+    # nothing recompiles over several minibatches and an annealed lr (a tensor written in place)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for seed in range(1, 5):
+            optimizer.param_groups[0]["lr"].fill_(3e-4 / (seed + 1))
+            update(agent, optimizer, minibatch(64, seed), **HYPER)
+    assert len(graphs) == 4
+
+
+def test_checkpoint_loads_to_the_cpu_for_numpy(tmp_path):
+    """The observation statistics reach numpy from the CPU whatever the device: a checkpoint loaded straight to the
+    device (map_location=device) crashed evaluation on CUDA. 'meta' stands for a device numpy cannot read."""
+    envs = eager.make_envs("InvertedPendulum-v4", 0.99, 1)
+    envs.reset(seed=0)
+    for _ in range(20):
+        envs.step(envs.action_space.sample())
+    saved = eager.obs_normalizer(envs.envs[0]).obs_rms
+    for name in SCRIPTS:
+        module = MODULES[name]
+        agent = module.Agent(envs)
+        path = tmp_path / f"{name}.pt"
+        module.save_checkpoint(path, module.Args(env_id="InvertedPendulum-v4"), agent, envs)
+        train_args, weights, obs_stats = module.load_checkpoint(path, torch.device("meta"))
+        assert train_args["env_id"] == "InvertedPendulum-v4"
+        assert type(obs_stats["mean"]) is type(saved.mean) and obs_stats["count"] == saved.count > 20
+        assert (obs_stats["mean"] == saved.mean).all() and (obs_stats["var"] == saved.var).all()
+        assert weights.keys() == agent.state_dict().keys()
+        for key, value in agent.state_dict().items():
+            assert weights[key].device.type == "meta" and weights[key].shape == value.shape, key
+    envs.close()
 
 
 # ---------------------------------------------------------------- scripts as subprocesses
@@ -189,6 +267,9 @@ def test_smoke_halfcheetah(name, flags, tmp_path):
     assert line["env_id"] == "HalfCheetah-v4" and line["mode"] == "train"
     assert line["steps"] == 192 and line["compile"] == ("--compile" in flags) and line["cudagraphs"] is False
     check_returns_csv(line, tmp_path)
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    # HalfCheetah-v4's XML uses MuJoCo 4's deprecated settotalmass: the scripts drop exactly that warning
+    assert "settotalmass" not in proc.stderr + proc.stdout and not (tmp_path / "MUJOCO_LOG.TXT").exists()
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -203,11 +284,42 @@ def test_save_model_then_evaluate_checkpoint(name, tmp_path):
     rms = checkpoint["obs_rms"]
     assert rms["count"] > 100 and not torch.allclose(rms["var"], torch.ones_like(rms["var"]))
 
-    proc, lines = run_script(name, "--eval-checkpoint", str(checkpoint_path), "--eval-episodes", "3", tmp_path=tmp_path)
+    eval_args = ["--eval-checkpoint", str(checkpoint_path), "--eval-episodes", "3", "--seed", "5"]
+    proc, lines = run_script(name, *eval_args, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = lines[-1]
     assert line["mode"] == "eval" and line["status"] == "ok" and line["env_id"] == "InvertedPendulum-v4"
-    assert line["episodes"] == 3 and line["mean_return"] > 0 and line["steps"] > 0
+    assert line["episodes"] == 3
+    summary = assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    assert Path(summary["run_dir"]) == checkpoint_path.parent.resolve()
+    # the evaluation plays what the checkpoint holds: the test replays it (mean action, the saved observation
+    # statistics frozen, the same seed) and gets the same episodes; without the statistics it would not
+    returns, steps = replay_evaluation(MODULES[name], checkpoint, episodes=3, seed=5)
+    assert line["mean_return"] == pytest.approx(sum(returns) / 3) and line["steps"] == steps, (returns, steps)
+    assert replay_evaluation(MODULES[name], checkpoint, episodes=3, seed=5, obs_stats=False) != (returns, steps)
+
+
+def replay_evaluation(module, checkpoint, episodes, seed, obs_stats=True):
+    """(returns, steps) of `episodes` episodes played with the checkpoint's mean action, on CPU."""
+    envs = module.make_envs(checkpoint["args"]["env_id"], checkpoint["args"]["gamma"], 1)
+    normalizer = module.obs_normalizer(envs.envs[0])
+    if obs_stats:
+        rms = checkpoint["obs_rms"]
+        normalizer.obs_rms.mean, normalizer.obs_rms.var = rms["mean"].numpy(), rms["var"].numpy()
+        normalizer.obs_rms.count = rms["count"]
+    normalizer.update_running_mean = False
+    agent = module.Agent(envs)
+    agent.load_state_dict(checkpoint["model"])
+    obs, _ = envs.reset(seed=seed)
+    returns, steps = [], 0
+    while len(returns) < episodes:
+        with torch.no_grad():
+            action = agent.actor_mean(torch.as_tensor(obs, dtype=torch.float32))
+        obs, _, _, _, infos = envs.step(action.numpy())
+        steps += 1
+        returns += [r for r, _ in module.finished_episodes(infos)]
+    envs.close()
+    return returns, steps
 
 
 BAD_INPUTS = [
@@ -261,16 +373,42 @@ def test_non_finite_loss_stops_the_run_as_diverged(name, tmp_path):
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert f"{name}.py: loss diverged at step 64: loss=nan" in proc.stderr
     assert "Traceback" not in proc.stderr
-    [line] = lines
+    [line] = lines  # run_script parsed it as strict JSON
     assert line["status"] == "diverged" and line["message"] == "loss diverged at step 64: loss=nan"
     assert line["steps"] == 64 and line["losses"]["loss"] is None  # non-finite values are written as null
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
 
 
-def test_eager_is_deterministic(tmp_path):
-    """Same seed, same machine, eager on CPU: the same losses and the same episodes twice."""
+# what each script reports when a huge learning rate wrecks the policy in its first update: the twin (no argument
+# checks) computes a NaN loss; the eager script's Normal refuses the collapsed std before a loss exists
+DIVERGED_MESSAGE = {
+    EAGER: r"loss diverged at step 64: the policy's Normal scale has invalid values",
+    TWIN: r"loss diverged at step 64: (loss|policy|value|entropy|approx_kl)=(nan|inf|-inf)",
+}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_real_divergence_is_reported_in_strict_json(name, tmp_path):
+    """A learning rate of 1e6 really diverges: the run stops in its first iteration, exit 1, status diverged, a
+    message naming the step and the loss, and a results line that a strict JSON parser reads."""
+    args = ["--env-id", "InvertedPendulum-v4", *TINY, "--learning-rate", "1e6"]
+    proc, lines = run_script(name, *args, tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    [line] = lines  # run_script parsed it as strict JSON
+    assert line["status"] == "diverged" and line["steps"] == 64
+    assert re.fullmatch(DIVERGED_MESSAGE[name], line["message"]), line["message"]
+    assert f"{name}.py: {line['message']}" in proc.stderr
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+
+
+@pytest.mark.parametrize("name,flags", VARIANTS, ids=["eager", "twin", "twin-compile"])
+def test_runs_are_deterministic(name, flags, tmp_path):
+    """Same seed, same machine, on CPU: the same losses and the same episodes twice (the twin with and without
+    --compile too)."""
     for d in "ab":
         (tmp_path / d).mkdir()
-    runs = [run_script(EAGER, "--env-id", "InvertedPendulum-v4", *TINY, tmp_path=tmp_path / d) for d in "ab"]
+    runs = [run_script(name, "--env-id", "InvertedPendulum-v4", *TINY, *flags, tmp_path=tmp_path / d) for d in "ab"]
     for proc, _ in runs:
         assert proc.returncode == 0, proc.stderr[-3000:]
     (_, [first]), (_, [second]) = runs
