@@ -379,8 +379,9 @@ def update_targets(targets, sources, tau):
     """target <- tau * online + (1 - tau) * target, over lists of tensors."""
     # trick: one fused multi-tensor lerp over all parameters, in place (a CUDA graph reads these very tensors). tau is
     # a device tensor: 0 on the steps without a target update (lerp with weight 0 returns the target exactly), so
-    # those steps need no graph of their own
-    torch._foreach_lerp_(targets, sources, tau)
+    # those steps need no graph of their own. It goes in as a list of tensor weights: a lone tensor would bind to the
+    # Scalar overload, a host read (.item()) on every call
+    torch._foreach_lerp_(targets, sources, [tau] * len(targets))
 
 
 def train_step(
