@@ -575,7 +575,7 @@ def main(args):
     global_step, iterations_done, episode_returns, losses = 0, 0, [], {}
     marks = [(start_time, 0)]
     status, message = "ok", None
-    returns_csv = (run_dir / "returns.csv").open("w")
+    returns_csv = (run_dir / "returns.csv").open("w", buffering=1)  # line by line: the curve can be watched live
     returns_csv.write("step,wall_s,return\n")
     try:
         next_obs, _ = envs.reset(seed=args.seed)

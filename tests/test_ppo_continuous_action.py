@@ -412,6 +412,35 @@ def test_a_real_divergence_is_reported_in_strict_json(name, tmp_path):
     assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
 
 
+def test_interrupted_run_writes_its_line_and_summary(tmp_path):
+    """Ctrl-C (SIGINT) once an episode has ended: exit 130, no traceback, status interrupted in a strict JSON line,
+    and the summary line that points at it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT, strict_json
+
+    results = tmp_path / "results.jsonl"
+    cmd = [sys.executable, str(ROOT / "leanrl" / f"{EAGER}.py"), "--no-cuda", "--results-file", str(results)]
+    cmd += ["--env-id", "InvertedPendulum-v4", *TINY[:6], "--total-timesteps", "1000000"]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    deadline = time.time() + 120
+    while not any(len(f.read_text().splitlines()) > 2 for f in tmp_path.glob("*/returns.csv")):
+        assert proc.poll() is None and time.time() < deadline, "the run ended or saw no episode"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    [line] = [strict_json(text) for text in results.read_text().splitlines()]
+    assert line["status"] == "interrupted" and line["episodes"] >= 2 and 0 < line["steps"] < 1000000
+    assert_summary_matches(stdout, line, results)
+
+
 def test_eager_is_deterministic_over_episodes(tmp_path):
     """Same seed, same machine, eager on CPU: the same losses and the same episodes twice, on an env whose episodes
     end within the budget."""
