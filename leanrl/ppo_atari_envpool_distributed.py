@@ -1,0 +1,738 @@
+"""PPO on Atari (envpool), the fast twin of ppo_atari_envpool.py: same algorithm, with the speed tricks.
+
+This is ppo_atari_envpool_torchcompile.py made data-parallel with torch.distributed; each `# trick:` that the twin
+lacks is a step of scaling out. Every rank steps its own envs and computes the gradient of its share of each
+minibatch; one all-reduce averages the gradients, so all ranks take the same optimizer step and keep the same weights.
+With the same global env count the algorithm is the twin's (a minibatch is the union of one share per rank).
+
+Run: torchrun --nproc-per-node 2 leanrl/ppo_atari_envpool_distributed.py --local-num-envs 8 --compile --cudagraphs
+Without torchrun it runs as one process: the twin.
+"""
+
+import json
+import math
+import os
+import platform
+import random
+import signal  # trick: torchrun stops the other ranks with SIGTERM when one fails
+import sys
+import time
+import warnings
+from collections import deque
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta  # trick: the process group's timeout
+from functools import partial
+from pathlib import Path
+
+import envpool
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist  # trick: torch.distributed: gloo on CPU, nccl on GPUs, started by torchrun
+import torch.distributed._functional_collectives as funcol
+import torch.nn as nn
+import torch.optim as optim
+import tqdm
+import tyro
+from tensordict.nn import CudaGraphModule
+from torch.distributions.categorical import Categorical
+
+SCRIPT = Path(__file__).name
+
+
+@dataclass
+class Args:
+    exp_name: str = Path(__file__).stem
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model (and what evaluation needs) into the run folder at the end"""
+    results_file: str = "runs/results.jsonl"
+    """where the run appends its one JSON results line"""
+    measure_burnin: int = 3
+    """iterations left out of the steps/s figure"""
+    eval_checkpoint: str | None = None
+    """evaluate this checkpoint instead of training"""
+    eval_episodes: int = 10
+    """the number of full games to play with --eval-checkpoint"""
+    compile: bool = False
+    """whether to use torch.compile on the policy step and the update"""
+    cudagraphs: bool = False
+    """whether to capture the policy step and the update as CUDA graphs (tensordict's CudaGraphModule)"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the environment (an envpool Atari game)"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel game environments, over all ranks"""
+    # trick: the launch flags: each rank's share of the envs, the backend and a timeout on the others
+    local_num_envs: int | None = None
+    """the envs of each rank (default: --num-envs / world size); when given, --num-envs is this times the world size"""
+    backend: str | None = None
+    """torch.distributed's backend (default: nccl on CUDA, gloo on CPU)"""
+    dist_timeout: float = 300.0
+    """seconds a rank waits for the others in a collective before it stops with an error"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def fail(msg):
+    """Bad input: one line on stderr, exit code 2, no traceback and no results line."""
+    if int(os.environ.get("RANK", 0)) == 0:  # trick: every rank stops on the same args; rank 0 alone says why
+        print(f"{SCRIPT}: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_env_id(env_id):
+    """Refuse anything but an envpool Atari game: image observations (4, 84, 84) uint8 and discrete actions."""
+    if env_id not in envpool.list_all_envs():
+        fail(f"--env-id {env_id!r} is not an envpool task (Atari games look like 'Breakout-v5')")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # gymnasium's notes on other families' spaces
+            spec = envpool.make_spec(env_id)
+            obs_space, act_space = spec.observation_space, spec.action_space
+        is_atari = obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8
+        is_atari = is_atari and isinstance(act_space, gym.spaces.Discrete)
+    except Exception:
+        is_atari = False
+    if not is_atari:
+        fail(f"--env-id {env_id!r} is not an Atari game; this script needs stacked 84x84 frames and discrete actions")
+
+
+def check_args(args):
+    """Every bad input is refused here, before any training."""
+    # trick: torchrun tells each process the world size (and its RANK, and LOCAL_RANK, its GPU on its machine)
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    cuda = torch.cuda.is_available() and args.cuda
+    args.backend = args.backend or ("nccl" if cuda else "gloo")
+    if not dist.is_available() or not dist.is_backend_available(args.backend) or (args.backend == "nccl" and not cuda):
+        fail(f"--backend {args.backend!r} is not available on this machine")
+    if args.eval_checkpoint is not None and world_size > 1:
+        fail("--eval-checkpoint plays on one process: start it without torchrun")
+    if args.eval_checkpoint is not None:
+        if not Path(args.eval_checkpoint).is_file():
+            fail(f"--eval-checkpoint {args.eval_checkpoint!r}: no such file")
+        if args.eval_episodes <= 0:
+            fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
+        return
+    for flag in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
+        if getattr(args, flag) <= 0:
+            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    # trick: the envs are spread over the ranks: --num-envs in all, --local-num-envs on each
+    if args.local_num_envs is not None:
+        if args.local_num_envs <= 0:
+            fail(f"--local-num-envs must be positive, got {args.local_num_envs}")
+        args.num_envs = args.local_num_envs * world_size
+    if args.num_envs % world_size:
+        fail(f"--num-envs {args.num_envs} does not divide by the world size {world_size}")
+    args.local_num_envs = args.num_envs // world_size
+    if args.measure_burnin < 0:
+        fail(f"--measure-burnin must not be negative, got {args.measure_burnin}")
+    batch_size = args.num_envs * args.num_steps
+    if args.total_timesteps < batch_size:
+        fail(
+            f"--total-timesteps {args.total_timesteps} is smaller than one iteration "
+            f"(--num-envs x --num-steps = {batch_size})"
+        )
+    local_batch_size = args.local_num_envs * args.num_steps  # trick: each rank splits its share into minibatches
+    if local_batch_size % args.num_minibatches:
+        fail(f"--num-minibatches {args.num_minibatches} does not divide the batch of {local_batch_size} steps per rank")
+    # trick: CUDA graphs need CUDA; refuse rather than fall back, which would put false numbers in the speed tables
+    if args.cudagraphs and not (torch.cuda.is_available() and args.cuda):
+        fail("--cudagraphs needs CUDA, and none is available")
+    check_env_id(args.env_id)
+
+
+def make_env(env_id, num_envs, seed):
+    """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
+    return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
+
+
+def game_returns(episode_returns, raw_rewards, game_over):
+    """Sum the raw (unclipped) rewards per env; return the totals of the games that just ended, reset those.
+
+    episodic_life makes every lost life an episode for learning; a score is the return of a whole game.
+    """
+    episode_returns += raw_rewards
+    finished = episode_returns[game_over].tolist()
+    episode_returns[game_over] = 0.0
+    return finished
+
+
+def machine():
+    """The hardware fields of the results line."""
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__}
+
+
+def finite_or_none(obj):
+    """A results line is strict JSON: every non-finite float (NaN, inf), nested ones included, becomes null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: finite_or_none(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_or_none(value) for value in obj]
+    return obj
+
+
+def summary(line, results_file, run_dir):
+    """The one line a run prints when it ends: what it did, and where its results and its folder are."""
+    sps = f"{line['sps']:.0f}" if line["sps"] else "n/a"
+    mean_return = "n/a" if line["mean_return"] is None else f"{line['mean_return']:.1f}"
+    return (
+        f"{line['script']}: {line['status']}: {line['steps']} steps, {sps} steps/s, mean return {mean_return} over "
+        f"{line['episodes']} episodes; results: {Path(results_file).resolve()}, run folder: {Path(run_dir).resolve()}"
+    )
+
+
+def append_line(path, text):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(text + "\n")
+
+
+def speed(marks, burnin):
+    """Env steps/s from the end of burn-in to the end; marks[i] = (steps, time) after iteration i (0: start)."""
+    done = len(marks) - 1
+    if done < 1:
+        return 0.0
+    (s0, t0), (s1, t1) = marks[min(burnin, done - 1)], marks[-1]
+    return (s1 - s0) / max(t1 - t0, 1e-9)
+
+
+def layer_init(layer, std=2**0.5, bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """Nature CNN torso shared by a categorical actor and a value head."""
+
+    def __init__(self, n_actions):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+
+    def get_value(self, x):
+        return self.critic(self.network(x / 255.0))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.network(x / 255.0)
+        logits = self.actor(hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+
+def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """Generalized advantage estimation over (T, B) time-major tensors, CleanRL's reversed loop.
+
+    dones[t] == 1 means obs[t] begins a new episode, so step t bootstraps from values[t + 1] unless dones[t + 1].
+    """
+    # trick: no Python loop over T. GAE is the reverse linear recurrence A_t = delta_t + c_t * A_{t+1}; recursive
+    # doubling solves it in log2(T) whole-tensor steps: A_t += C_t * A_{t+s}, C_t *= C_{t+s}, s = 1, 2, 4, ...
+    nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
+    nextvalues = torch.cat([values[1:], next_value[None]])
+    advantages = rewards + gamma * nextvalues * nextnonterminal - values
+    coefs = gamma * gae_lambda * nextnonterminal
+    num_steps, shift = rewards.shape[0], 1
+    while shift < num_steps:
+        pad = advantages.new_zeros((shift,) + advantages.shape[1:])  # nothing follows the last step
+        advantages, coefs = (
+            advantages + coefs * torch.cat([advantages[shift:], pad]),
+            coefs * torch.cat([coefs[shift:], pad]),
+        )
+        shift *= 2
+    return advantages
+
+
+def policy_step(agent, obs, actions, logprobs, values, step):
+    """The rollout's policy step at `step` (a 1-element index tensor): reads obs[step], writes the sampled action,
+    its log-prob and the value into their (T, B) storage in place; returns the action."""
+    # trick: the step is a device tensor and the storage is written inside the step, so one compiled graph (and one
+    # CUDA graph) serves every step, and its only input is the 8-byte index
+    with torch.no_grad():
+        action, logprob, _, value = agent.get_action_and_value(obs[step].flatten(0, 1))
+    actions[step] = action
+    logprobs[step] = logprob
+    values[step] = value.flatten()
+    return action
+
+
+def advantages_and_returns(agent, obs, env_out, values, advantages, returns, gamma, gae_lambda):
+    """The bootstrap value of obs[T] and GAE over the rollout storage, written into advantages and returns.
+
+    obs and env_out hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done flag).
+    """
+    # trick: the bootstrap value and GAE are one function of the storage, compiled and captured like the updates
+    with torch.no_grad():
+        next_value = agent.get_value(obs[-1]).reshape(-1)
+        rewards, dones, next_done = env_out[1:, 0], env_out[:-1, 1], env_out[-1, 1]
+        advantages.copy_(gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda))
+        returns.copy_(advantages + values)
+
+
+def ppo_loss(
+    newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns,
+    clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
+):  # fmt: skip
+    """Clipped PPO loss on a minibatch (1-D tensors); returns (loss, dict of detached parts)."""
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    with torch.no_grad():
+        # calculate approx_kl http://joschu.net/blog/kl-approx.html
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+
+    if norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    # Policy loss
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    # Value loss
+    if clip_vloss:
+        v_loss_unclipped = (newvalue - returns) ** 2
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - ent_coef * entropy_loss + v_loss * vf_coef
+    parts = dict(
+        policy=pg_loss.detach(),
+        value=v_loss.detach(),
+        entropy=entropy_loss.detach(),
+        approx_kl=approx_kl,
+        clipfrac=clipfrac,
+    )
+    return loss, parts
+
+
+def normalize_over_ranks(advantages, world_size):
+    """(advantages - mean) / (std + 1e-8) with the mean and std of every rank's share of the minibatch (equal shares).
+
+    Each rank sends its share's mean and sum of squared deviations; they combine as in Chan et al.'s parallel variance.
+    """
+    # trick: a minibatch is spread over the ranks, and normalizing each share by its own statistics would not be the
+    # twin's algorithm: gathering two numbers per rank is (functional collectives run inside the compiled graph)
+    n = advantages.numel()
+    mean = advantages.mean()
+    stats = torch.stack([mean, ((advantages - mean) ** 2).sum()])
+    means, sq_devs = funcol.all_gather_single(stats, 0, dist.group.WORLD).view(world_size, 2).unbind(1)
+    global_mean = means.mean()
+    sq_dev = sq_devs.sum() + n * ((means - global_mean) ** 2).sum()
+    return (advantages - global_mean) / ((sq_dev / (n * world_size - 1)).sqrt() + 1e-8)
+
+
+def average_over_ranks(params, loss, parts, world_size):
+    """The mean over the ranks of every gradient (written into .grad) and of the losses (returned): one all-reduce."""
+    # trick: one flat buffer, one all-reduce per minibatch (one big message, not one per parameter). The losses ride
+    # along, so every rank reads the same numbers: the divergence check and --target-kl stop all ranks alike. A
+    # functional collective returns a new tensor instead of writing into its argument through a work handle, which
+    # is what lets torch.compile trace it: the all-reduce runs inside the compiled update and, under --cudagraphs,
+    # inside its CUDA graph (the weight broadcast and the warm-up calls set NCCL up before the capture). gloo has no
+    # average op: sum, then divide
+    grads = [param.grad for param in params]
+    scalars = torch.stack([loss, *parts.values()])
+    flat = torch.cat([grad.flatten() for grad in grads] + [scalars])
+    flat = funcol.all_reduce(flat, "sum", dist.group.WORLD) / world_size
+    for grad, averaged in zip(grads, flat.split([grad.numel() for grad in grads] + [len(scalars)])):
+        grad.copy_(averaged.view_as(grad))
+    scalars = flat[-len(scalars) :]
+    return scalars[0], dict(zip(parts, scalars[1:].unbind()))
+
+
+def update(
+    agent, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,
+    clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm,
+    world_size=1,  # trick: with more than one rank, the update averages over the ranks
+):  # fmt: skip
+    """One gradient step on the minibatch mb_inds of the flat batch; returns the detached losses."""
+    # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once
+    # and the indices are the only input, so no field is gathered outside the graph and then copied into it again
+    obs, actions, logprobs, advantages, returns, values = [
+        x[mb_inds] for x in (obs, actions, logprobs, advantages, returns, values)
+    ]
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
+    if norm_adv and world_size > 1:  # trick: the advantages are normalized over the whole minibatch, all ranks'
+        advantages, norm_adv = normalize_over_ranks(advantages, world_size), False
+    loss, parts = ppo_loss(
+        newlogprob, logprobs, entropy, newvalue.view(-1), values, advantages, returns,
+        clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
+    )  # fmt: skip
+    # trick: grads set to None by hand (what zero_grad does): torch.compile does not trace Optimizer.zero_grad, a break
+    for param in agent.parameters():
+        param.grad = None
+    loss.backward()
+    if world_size > 1:  # trick: the gradients are averaged before the clipping, so every rank takes the same step
+        loss, parts = average_over_ranks(list(agent.parameters()), loss.detach(), parts, world_size)
+    nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
+    optimizer.step()
+    return dict(loss=loss.detach(), **parts)
+
+
+class Diverged(Exception):
+    pass
+
+
+def stopped(signum, frame):
+    """torchrun sends SIGTERM to the other ranks when one fails: end as an error, so rank 0 writes its results line."""
+    # trick: a rank stopped from outside still reports; a second signal ends it for good
+    signal.signal(signum, signal.SIG_DFL)
+    raise RuntimeError(f"stopped by {signal.Signals(signum).name}: torchrun stops every rank when one fails")
+
+
+def first_non_finite(losses):
+    return next(((name, value) for name, value in losses.items() if not math.isfinite(value)), None)
+
+
+def evaluate(args, device):
+    """Play --eval-episodes full games with a checkpoint; actions sampled from the policy, as CleanRL's evals do."""
+    checkpoint = torch.load(args.eval_checkpoint, map_location="cpu")  # load_state_dict copies to the device
+    train_args = checkpoint["args"]
+    envs = make_env(train_args["env_id"], train_args["num_envs"], args.seed)
+    agent = Agent(envs.action_space.n).to(device)
+    agent.load_state_dict(checkpoint["model"])
+    agent.eval()
+    returns, steps = [], 0
+    start = time.time()
+    next_obs = torch.as_tensor(envs.reset()[0], device=device)
+    episode_returns = np.zeros(train_args["num_envs"])
+    while len(returns) < args.eval_episodes:
+        with torch.no_grad():
+            action, _, _, _ = agent.get_action_and_value(next_obs)
+        next_obs_np, _, _, truncations, info = envs.step(action.cpu().numpy())
+        steps += train_args["num_envs"]
+        next_obs = torch.as_tensor(next_obs_np, device=device)
+        returns += game_returns(episode_returns, info["reward"], info["terminated"].astype(bool) | truncations)
+    envs.close()
+    returns = returns[: args.eval_episodes]
+    wall_s = time.time() - start
+    return train_args["env_id"], steps, steps / max(wall_s, 1e-9), returns
+
+
+def main(args):
+    check_args(args)
+    # trick: rank 0 alone logs to wandb and saves the model
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    args.track, args.save_model = args.track and rank == 0, args.save_model and rank == 0
+    start_time = time.time()
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(start_time)}"
+    run_dir = Path(args.results_file).parent / run_name
+
+    # TRY NOT TO MODIFY: seeding
+    # trick: each rank samples its own actions and minibatches (the weights come from rank 0)
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed + rank)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.set_float32_matmul_precision("high")  # trick: TF32 matmuls on the GPU
+    # trick: skip the distribution's argument checks; each one is a host sync
+    Categorical.set_default_validate_args(False)
+
+    # trick: one GPU per rank, its LOCAL_RANK-th on its machine
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    line = dict(
+        script=SCRIPT,
+        env_id=args.env_id,
+        seed=args.seed,
+        compile=getattr(args, "compile", False),
+        cudagraphs=getattr(args, "cudagraphs", False),
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        **machine(),
+        run_name=run_name,
+        total_timesteps=args.total_timesteps,
+        mode="train",
+        world_size=world_size,  # trick: the results line counts the steps of all ranks
+    )
+
+    def finish(status, steps, sps, returns, losses, message=None):
+        if rank != 0:  # trick: rank 0 alone writes the results line and prints the summary
+            return
+        mean_return = float(np.mean(returns[-100:])) if returns else None
+        line.update(steps=steps, sps=sps, wall_s=time.time() - start_time, mean_return=mean_return)
+        line.update(episodes=len(returns), status=status, losses=losses, message=message)
+        line.update(time=datetime.now(UTC).isoformat())
+        strict = finite_or_none(line)
+        append_line(args.results_file, json.dumps(strict, allow_nan=False))
+        print(summary(strict, args.results_file, run_dir))
+
+    if args.eval_checkpoint is not None:
+        # an evaluation has no run folder of its own: it reports the folder of the checkpoint it played
+        run_dir = Path(args.eval_checkpoint).parent
+        line.update(mode="eval", run_name=run_dir.name, checkpoint=args.eval_checkpoint)
+        try:
+            line["env_id"], steps, sps, returns = evaluate(args, device)
+        except KeyboardInterrupt:
+            finish("interrupted", 0, 0.0, [], {}, "interrupted")
+            sys.exit(130)
+        except Exception as err:
+            finish("error", 0, 0.0, [], {}, f"{type(err).__name__}: {err}")
+            raise
+        finish("ok", steps, sps, returns, {})
+        return
+
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            config=vars(args),
+            name=run_name,
+            sync_tensorboard=False,
+        )
+
+    global_step, episodic_returns, losses, marks = 0, [], {}, []
+    if rank == 0:  # trick: one run folder, rank 0's
+        run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        # trick: join the other ranks; a collective waits --dist-timeout at most, then raises, so none waits forever
+        signal.signal(signal.SIGTERM, stopped)
+        if world_size > 1:
+            dist.init_process_group(args.backend, timeout=timedelta(seconds=args.dist_timeout))
+        # trick: each rank its own envs, seeded as the twin seeds the same envs (envpool seeds env i with seed + i)
+        envs = make_env(args.env_id, args.local_num_envs, args.seed + rank * args.local_num_envs)
+        agent = Agent(envs.action_space.n).to(device)
+        if world_size > 1:  # trick: every rank starts from rank 0's weights
+            for param in agent.parameters():
+                dist.broadcast(param.data, src=0)
+        # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam updates every parameter
+        # in one multi-tensor kernel and keeps its step counts on the device (2-core CPU: 1.3-4 ms a step against
+        # 20 ms for the default per-parameter loop). torch.compile does not trace into it: under --compile it runs as
+        # the same eager kernel between two graphs, which measured faster on CPU than the compiled unfused Adam (4-9
+        # ms) and compiles 14 s sooner. capturable: a CUDA graph may replay the step without torch.compile (which
+        # sets this itself)
+        optimizer = optim.Adam(
+            agent.parameters(),
+            lr=torch.tensor(args.learning_rate, device=device),
+            eps=1e-5,
+            fused=True,
+            capturable=device.type == "cuda" and not args.compile,
+        )
+
+        # ALGO Logic: Storage setup
+        # trick: T + 1 rows, each written in place where the data lands: the env's observation straight into
+        # obs[step + 1] and its reward and done flag into env_out[step + 1]; row T is the bootstrap input and becomes
+        # row 0 of the next iteration. No per-step tensors, no TensorDicts to validate and stack
+        obs_shape = envs.observation_space.shape
+        # trick: a rank stores its own envs' rollout only
+        obs = torch.zeros((args.num_steps + 1, args.local_num_envs) + obs_shape, dtype=torch.uint8, device=device)
+        env_out = torch.zeros((args.num_steps + 1, 2, args.local_num_envs), device=device)  # reward, done
+        actions = torch.zeros((args.num_steps, args.local_num_envs), dtype=torch.long, device=device)
+        logprobs = torch.zeros((args.num_steps, args.local_num_envs), device=device)
+        values = torch.zeros((args.num_steps, args.local_num_envs), device=device)
+        advantages = torch.zeros((args.num_steps, args.local_num_envs), device=device)
+        returns = torch.zeros((args.num_steps, args.local_num_envs), device=device)
+        # trick: reward and done go through one pinned host buffer: one non_blocking copy a step (it is done before
+        # the buffer is written again: the next step's action.cpu() waits for the stream)
+        staging = torch.zeros((2, args.local_num_envs), pin_memory=device.type == "cuda")  # trick: this rank's envs
+        step_index = torch.arange(args.num_steps, device=device)
+
+        policy, advantages_fn, update_fn = policy_step, advantages_and_returns, update
+        if args.compile:  # trick: torch.compile fuses the small ops of the policy step, GAE and the update
+            policy, advantages_fn, update_fn = (
+                torch.compile(policy),
+                torch.compile(advantages_fn),
+                torch.compile(update),
+            )
+        # trick: the storage and the flat batch (views of it) are bound once: neither graph copies them
+        policy = partial(policy, agent, obs, actions, logprobs, values)
+        advantages_fn = partial(
+            advantages_fn, agent, obs, env_out, values, advantages, returns, args.gamma, args.gae_lambda
+        )
+        update_step = partial(
+            update_fn,
+            agent,
+            optimizer,
+            obs[:-1].flatten(0, 1),
+            actions.view(-1),
+            logprobs.view(-1),
+            advantages.view(-1),
+            returns.view(-1),
+            values.view(-1),
+            clip_coef=args.clip_coef,
+            ent_coef=args.ent_coef,
+            vf_coef=args.vf_coef,
+            norm_adv=args.norm_adv,
+            clip_vloss=args.clip_vloss,
+            max_grad_norm=args.max_grad_norm,
+            world_size=world_size,  # trick: the update averages the gradients over the ranks
+        )
+        if args.cudagraphs:
+            # trick: replay each as one CUDA graph: tensor arguments (here only the indices) are copied into static
+            # buffers, outputs cloned out; the warm-up calls (compiling) run before the capture
+            policy = CudaGraphModule(policy, warmup=3)
+            advantages_fn = CudaGraphModule(advantages_fn, warmup=3)
+            update_step = CudaGraphModule(update_step, warmup=3)
+
+        curve = run_dir / "returns.csv"
+        if rank == 0:  # trick: rank 0 alone keeps the curve, of its own envs' games (a fair sample of all ranks')
+            curve.write_text("step,wall_s,return\n")
+        running_returns = np.zeros(args.local_num_envs)
+        recent = deque(maxlen=100)
+        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)
+        marks.append((global_step, time.time()))
+        # trick: one progress bar, rank 0's
+        pbar = tqdm.tqdm(range(1, args.num_iterations + 1), desc=SCRIPT, mininterval=2.0, disable=rank != 0)
+        for iteration in pbar:
+            # Annealing the rate if instructed to do so.
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                lrnow = frac * args.learning_rate
+                optimizer.param_groups[0]["lr"].fill_(lrnow)  # trick: in place, the graphs read this tensor
+
+            obs[0], env_out[0] = obs[-1], env_out[-1]
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
+
+                # ALGO LOGIC: action logic
+                action = policy(step_index[step : step + 1])
+
+                # TRY NOT TO MODIFY: execute the game and log data.
+                next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
+                staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
+                # trick: non_blocking host-to-device copies, two a step
+                obs[step + 1].copy_(torch.from_numpy(next_obs_np), non_blocking=True)
+                env_out[step + 1].copy_(staging, non_blocking=True)
+                game_over = info["terminated"].astype(bool) | truncations
+                # trick: only rank 0 counts its games; the others' envs are played alike
+                finished = game_returns(running_returns, info["reward"], game_over) if rank == 0 else []
+                for episodic_return in finished:
+                    episodic_returns.append(episodic_return)
+                    recent.append(episodic_return)
+                    append_line(curve, f"{global_step},{time.time() - start_time:.3f},{episodic_return}")
+                    if args.track:
+                        wandb.log({"charts/episodic_return": episodic_return}, step=global_step)
+
+            # bootstrap value if not done
+            advantages_fn()
+
+            # Optimizing the policy and value network
+            for _epoch in range(args.update_epochs):
+                # minibatch indices drawn on the device: no index upload per minibatch
+                # trick: each rank shuffles its own share of the batch; one minibatch is every rank's share
+                local_mb_size = args.minibatch_size // world_size
+                for mb_inds in torch.randperm(args.batch_size // world_size, device=device).split(local_mb_size):
+                    out = update_step(mb_inds)
+                if args.target_kl is not None and out["approx_kl"] > args.target_kl:
+                    break
+            # trick: the losses come to the host once per iteration (not per minibatch), and are checked there
+            losses = dict(zip(out, torch.stack(list(out.values())).tolist()))
+            bad = first_non_finite(losses)
+            if bad:
+                raise Diverged(f"loss diverged at step {global_step}: {bad[0]}={bad[1]}")
+
+            marks.append((global_step, time.time()))
+            sps = speed(marks, args.measure_burnin)
+            mean_return = np.mean(recent) if recent else float("nan")
+            pbar.set_postfix(sps=f"{sps:.0f}", ret=f"{mean_return:.1f}", refresh=False)
+            if args.track:
+                lr = optimizer.param_groups[0]["lr"]
+                logs = {f"losses/{name}": value for name, value in losses.items()}
+                wandb.log({"charts/SPS": sps, "charts/learning_rate": float(lr), **logs}, step=global_step)
+        envs.close()
+        if args.save_model:
+            model_path = run_dir / f"{args.exp_name}.pt"
+            tmp_path = model_path.with_suffix(".pt.tmp")
+            torch.save({"args": asdict(args), "model": agent.state_dict()}, tmp_path)
+            os.replace(tmp_path, model_path)  # atomic: a reader never sees half a checkpoint
+            print(f"{SCRIPT}: model saved to {model_path}")
+    except (KeyboardInterrupt, Exception) as err:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # trick: a late SIGTERM from torchrun must not cut the line short
+        status = {KeyboardInterrupt: "interrupted", Diverged: "diverged"}.get(type(err), "error")
+        message = str(err) or type(err).__name__
+        finish(status, global_step, speed(marks, args.measure_burnin), episodic_returns, losses, message)
+        if status == "interrupted":
+            sys.exit(130)
+        if status == "diverged":
+            print(f"{SCRIPT}: {message}", file=sys.stderr)
+            sys.exit(1)
+        raise
+
+    finish("ok", global_step, speed(marks, args.measure_burnin), episodic_returns, losses)
+    if world_size > 1:  # trick: leave the process group cleanly
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
