@@ -34,13 +34,22 @@ has_cuda=$($py -c "import torch; print(int(torch.cuda.is_available()))")
 [ "$has_cuda" = 1 ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 # Budgets: --quick is one to two minutes per run on a 2-core CPU (PPO Atari's update of a 1024-frame batch
-# takes ~25 s there, so it gets 3 iterations); full runs are for a GPU machine.
+# takes ~25 s there, so it gets 3 iterations; the replay pairs start learning early and are timed once the
+# updates run); full runs are for a GPU machine.
 budget() {
   case "$1:$quick" in
     ppo_atari_envpool:1) echo "--total-timesteps 3072 --measure-burnin 1" ;;
     ppo_atari_envpool:0) echo "--total-timesteps 500000" ;;
     ppo_continuous_action:1) echo "--total-timesteps 6144 --measure-burnin 1" ;;
     ppo_continuous_action:0) echo "--total-timesteps 300000" ;;
+    dqn:1) echo "--total-timesteps 30000 --measure-burnin 1000" ;;
+    dqn:0) echo "--total-timesteps 500000" ;;
+    dqn_atari_envpool:1) echo "--total-timesteps 4000 --learning-starts 1000 --buffer-size 10000 --measure-burnin 1100" ;;
+    dqn_atari_envpool:0) echo "--total-timesteps 500000" ;;
+    sac_continuous_action:1) echo "--total-timesteps 8000 --measure-burnin 200" ;;
+    sac_continuous_action:0) echo "--total-timesteps 100000" ;;
+    td3_continuous_action:1) echo "--total-timesteps 8000 --learning-starts 5000 --measure-burnin 200" ;;
+    td3_continuous_action:0) echo "--total-timesteps 100000" ;;
     *) echo "" ;;
   esac
 }
@@ -72,7 +81,7 @@ PY
   [ "$code" = 0 ] || echo "run.sh: $script seed $seed $* failed (exit $code); going on" >&2
 }
 
-for pair in ppo_atari_envpool ppo_continuous_action; do
+for pair in ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action; do
   [ -z "$only" ] || [ "$only" = "$pair" ] || continue
   [ -f "leanrl/$pair.py" ] && [ -f "leanrl/${pair}_torchcompile.py" ] || continue
   args=$(budget "$pair")

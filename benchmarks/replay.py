@@ -79,14 +79,20 @@ class Bench:
 # ---------------------------------------------------------------------------------------------------
 
 
-def dqn_flat(module, capacity, device, compiled, obs_dim=4, num_envs=1, batch_size=128):
-    """dqn.py / dqn_torchcompile.py: rows of (obs, action, reward, next_obs, termination), uniform sampling."""
-    buffer = module.make_buffer(capacity, obs_dim, device)
+def flat_rows(module, capacity, device, compiled, obs_dim, act_dim=None, num_envs=1, batch_size=128):
+    """Rows of (obs, action, reward, next_obs, termination), uniform sampling: dqn*.py (discrete actions, act_dim
+    None), sac_*.py and td3_*.py (continuous actions of act_dim)."""
+    if act_dim is None:
+        buffer = module.make_buffer(capacity, obs_dim, device)
+        actions = torch.zeros(num_envs, dtype=torch.long, device=device)
+    else:
+        buffer = module.make_buffer(capacity, obs_dim, act_dim, device)
+        actions = torch.zeros(num_envs, act_dim, device=device)
     twin = module.__name__.endswith("_torchcompile")
     count = torch.tensor(capacity, device=device) if twin else capacity  # the twin's write index is a tensor
     step = dict(
         obs=torch.randn(num_envs, obs_dim, device=device),
-        actions=torch.zeros(num_envs, dtype=torch.long, device=device),
+        actions=actions,
         rewards=torch.ones(num_envs, device=device),
         next_obs=torch.randn(num_envs, obs_dim, device=device),
         terminations=torch.zeros(num_envs, device=device),
@@ -104,6 +110,16 @@ def dqn_flat(module, capacity, device, compiled, obs_dim=4, num_envs=1, batch_si
         capacity=capacity,
         storage=buffer,
     )
+
+
+def dqn_flat(module, capacity, device, compiled):
+    """dqn.py / dqn_torchcompile.py on CartPole: 4 floats of obs, batch 128."""
+    return flat_rows(module, capacity, device, compiled, obs_dim=4)
+
+
+def mujoco_flat(module, capacity, device, compiled):
+    """sac_* / td3_continuous_action*.py on HalfCheetah: 17 floats of obs, 6 of action, batch 256."""
+    return flat_rows(module, capacity, device, compiled, obs_dim=17, act_dim=6, batch_size=256)
 
 
 def dqn_frames(module, capacity, device, compiled, num_envs=1, batch_size=32):
@@ -147,6 +163,23 @@ CASES = {
         "DQN",
         (400_000, 1_000_000),
         (2000,),
+    ),
+    "sac": Case(
+        "SAC, HalfCheetah (flat rows)",
+        ("sac_continuous_action", "sac_continuous_action_torchcompile"),
+        mujoco_flat,
+        "SAC",
+        (1_000_000,),
+        (1000,),
+    ),
+    # the study has no TD3 job; SAC's (the same uniform 1M-row MuJoCo replay) is the nearest need
+    "td3": Case(
+        "TD3, HalfCheetah (flat rows; need: SAC's)",
+        ("td3_continuous_action", "td3_continuous_action_torchcompile"),
+        mujoco_flat,
+        "SAC",
+        (1_000_000,),
+        (1000,),
     ),
 }
 
