@@ -28,7 +28,8 @@ py=${PYTHON:-python3}
 [ -n "$seeds" ] || { [ "$quick" = 1 ] && seeds="1" || seeds="1 2 3"; }
 results="$dir/results.jsonl"
 mkdir -p "$dir"
-echo "${command% }" >"$dir/command.txt"
+# the commands that wrote into this results dir, one a line (a dir may collect several invocations)
+grep -qxF "${command% }" "$dir/command.txt" 2>/dev/null || echo "${command% }" >>"$dir/command.txt"
 has_cuda=$($py -c "import torch; print(int(torch.cuda.is_available()))")
 # On a small CPU-only machine two torch threads fight the env and each other: one thread is steadier
 [ "$has_cuda" = 1 ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

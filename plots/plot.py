@@ -53,7 +53,8 @@ def read_results(path):
     """
     path = Path(path)
     command_file = path.parent / "command.txt"
-    command = command_file.read_text().strip() if command_file.exists() else "the scripts"
+    commands = command_file.read_text().split("\n") if command_file.exists() else []
+    command = "`, then `".join(c.strip() for c in commands if c.strip()) or "the scripts"
     lines = []
     for raw in path.read_text().splitlines():
         try:

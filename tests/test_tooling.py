@@ -69,6 +69,14 @@ def test_table_means_seeds_keeps_latest_rerun_and_computes_speedup(tmp_path):
     assert "./run.sh --quick" in table and "diverged" in table
 
 
+def test_table_names_every_run_sh_command_that_wrote_the_results(tmp_path):
+    path = write_results(
+        tmp_path, [result("ppo_atari_envpool.py", 90.0)], "./run.sh --quick\n./run.sh --quick --seeds 2\n"
+    )
+    table = plot.speed_markdown(plot.group_runs(plot.read_results(path)), [])
+    assert "by `./run.sh --quick`, then `./run.sh --quick --seeds 2`;" in table
+
+
 def test_machines_never_share_a_table(tmp_path):
     gpu = dict(result("ppo_atari_envpool.py", 900.0), device="NVIDIA H100 80GB HBM3", cpu_count=16)
     tables = plot.group_runs(plot.read_results(write_results(tmp_path, [result("ppo_atari_envpool.py", 90.0), gpu])))
