@@ -1,0 +1,518 @@
+"""R2D2 (envpool): value rescaling, sequence targets and priorities against float64 loops, the sum tree's sampler by
+chi-square, the sequence store and the burn-in against real env streams, twin agreement, the scripts end to end."""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script
+
+EAGER = "r2d2_atari_envpool"
+SCRIPTS = (EAGER,)
+# masked CartPole, the small-task settings: 8 envs, hidden 64, burn-in 8 + sequences of 16 overlapping by 8, batch 32,
+# one gradient step per 16 env steps (2 per iteration), lr 1e-3, gamma 0.99, target copy every 200 steps
+CARTPOLE = ("--env-id", "CartPole-v1", "--mask-velocity", "--num-envs", "8", "--hidden-size", "64", "--burn-in", "8")
+CARTPOLE += ("--seq-len", "16", "--overlap", "8", "--batch-size", "32", "--train-frequency", "16")
+CARTPOLE += ("--learning-rate", "1e-3", "--gamma", "0.99", "--target-network-frequency", "200")
+CARTPOLE += ("--buffer-size", "40000", "--learning-starts", "2000", "--measure-burnin", "1")
+# Breakout with a tiny network and store: 2 envs, sequences of 4 + 8 steps, 60 gradient steps of batch 4
+TINY_ATARI = ("--num-envs", "2", "--hidden-size", "32", "--burn-in", "4", "--seq-len", "8", "--overlap", "4")
+TINY_ATARI += ("--batch-size", "4", "--buffer-size", "400", "--learning-starts", "40", "--train-frequency", "4")
+TINY_ATARI += ("--target-network-frequency", "20", "--measure-burnin", "1", "--total-timesteps")
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_subprocess(monkeypatch):
+    # the scripts run as subprocesses beside this one on a 2-core machine
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="module")
+def mods():
+    return {name: load_script(name) for name in SCRIPTS}
+
+
+# ---------------------------------------------------------------- value rescaling
+
+
+def h_reference(x, eps):
+    return [math.copysign(1.0, v) * (math.sqrt(abs(v) + 1) - 1) + eps * v if v else 0.0 for v in x]
+
+
+def h_inverse_reference(y, eps):
+    """The textbook inverse, in float64: sign(y) (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1)."""
+    out = []
+    for v in y:
+        s = (math.sqrt(1 + 4 * eps * (abs(v) + 1 + eps)) - 1) / (2 * eps)
+        out.append(math.copysign(1.0, v) * (s * s - 1) if v else 0.0)
+    return out
+
+
+def spread(n, seed):
+    """Values over [-1e4, 1e4] at every scale, zero and the ends included."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.sign(torch.randn(n, generator=g)) * 10 ** (torch.rand(n, generator=g) * 10 - 6)
+    return torch.cat([x.clamp(-1e4, 1e4), torch.tensor([0.0, 1e4, -1e4, 1.0, -1.0, 1e-3])])
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("eps", [1e-3, 1e-2])
+def test_value_rescale_and_inverse_match_the_formulas_in_float64(mods, name, eps):
+    module = mods[name]
+    x = spread(2000, seed=1).double()
+    torch.testing.assert_close(module.value_rescale(x, eps), torch.tensor(h_reference(x.tolist(), eps)).double())
+    y = module.value_rescale(x, eps)
+    want = torch.tensor(h_inverse_reference(y.tolist(), eps), dtype=torch.float64)
+    torch.testing.assert_close(module.inverse_value_rescale(y, eps), want, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(module.inverse_value_rescale(y, eps), x, rtol=1e-9, atol=1e-12)
+    # float32 as the scripts run it: h against the float64 formula, and the round trip within 1e-5 relative
+    x32 = x.float()
+    torch.testing.assert_close(module.value_rescale(x32, eps).double(), y, rtol=2e-6, atol=1e-7)
+    back = module.inverse_value_rescale(module.value_rescale(x32, eps), eps)
+    torch.testing.assert_close(back, x32, rtol=1e-5, atol=1e-7)
+    assert module.value_rescale(torch.tensor(1e4), eps) < 1e4 * eps + 100  # it does squash
+
+
+# ---------------------------------------------------------------- n-step double-Q targets over a sequence
+
+
+def targets_reference(q_online, q_target, rewards, terminated, truncated, first, gamma, n, eps):
+    """A plain loop over time in float64: per (t, b), sum rewards until n of them, the episode's end, or the last
+    step; bootstrap from the target net's value of the online net's best action unless the episode terminated."""
+    T, B, _ = q_online.shape
+    qo, qt = q_online.double().tolist(), q_target.double().tolist()
+    r, term, trunc, fst = rewards.double().tolist(), terminated.tolist(), truncated.tolist(), first.tolist()
+    targets = torch.zeros(T - 1, B, dtype=torch.float64)
+    valid = torch.zeros(T - 1, B, dtype=torch.bool)
+    for b in range(B):
+        for t in range(T - 1):
+            ret, k, bootstrap = 0.0, 0, True
+            while True:
+                ret += gamma**k * r[t + k][b]
+                k += 1
+                if term[t + k - 1][b]:
+                    bootstrap = False
+                    break
+                if trunc[t + k - 1][b] or k == n or t + k == T - 1:
+                    break
+            if bootstrap:
+                a = max(range(len(qo[t + k][b])), key=lambda i: qo[t + k][b][i])
+                ret += gamma**k * h_inverse_reference([qt[t + k][b][a]], eps)[0]
+            targets[t, b] = h_reference([ret], eps)[0]
+            valid[t, b] = not fst[t + 1][b]
+    return targets, valid
+
+
+def random_sequences(T, B, A, seed, end_prob=0.15):
+    """Q-values and step data with episode ends (terminations and truncations), each followed by the env's reset
+    step (an episode's final observation, reward 0) and a first observation, as envpool streams them."""
+    g = torch.Generator().manual_seed(seed)
+    q_online = torch.randn(T, B, A, generator=g) * 5
+    q_target = torch.randn(T, B, A, generator=g) * 5
+    rewards = torch.randint(-2, 5, (T, B), generator=g).float()
+    terminated = torch.zeros(T, B, dtype=torch.bool)
+    truncated = torch.zeros(T, B, dtype=torch.bool)
+    first = torch.zeros(T, B, dtype=torch.bool)
+    ends = torch.rand(T, B, generator=g) < end_prob
+    kinds = torch.rand(T, B, generator=g) < 0.5
+    for b in range(B):
+        t = 0
+        while t < T:
+            if ends[t, b] and t + 2 < T:
+                terminated[t, b], truncated[t, b] = bool(kinds[t, b]), not kinds[t, b]
+                rewards[t + 1, b] = 0.0  # the reset step
+                first[t + 2, b] = True
+                t += 2
+            t += 1
+    return q_online, q_target, rewards, terminated, truncated, first
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("T,B,A,n", [(2, 1, 2, 1), (8, 3, 4, 3), (21, 16, 6, 5), (81, 5, 18, 5), (12, 4, 3, 20)])
+def test_sequence_targets_match_a_float64_loop(mods, name, T, B, A, n):
+    inputs = random_sequences(T, B, A, seed=T * 31 + B)
+    if T > 8:
+        assert inputs[3].any() and inputs[4].any(), "episode ends (both kinds) inside the sequence"
+    got, valid = mods[name].nstep_double_q_targets(*inputs, 0.997, n, 1e-3)
+    want, want_valid = targets_reference(*inputs, 0.997, n, 1e-3)
+    assert got.dtype == torch.float32 and got.shape == (T - 1, B)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(valid, want_valid)
+
+
+def test_the_last_steps_bootstrap_from_the_sequence_end(mods):
+    """The last n-1 steps sum fewer rewards and bootstrap from the last observation; a termination cuts the sum."""
+    module = mods[EAGER]
+    T, B, A = 6, 1, 2
+    q = torch.zeros(T, B, A)
+    q[:, 0, 1] = 1.0  # the online net prefers action 1 everywhere
+    q_target = torch.arange(T * A, dtype=torch.float32).view(T, B, A)  # distinct bootstrap values
+    rewards = torch.ones(T, B)
+    no = torch.zeros(T, B, dtype=torch.bool)
+    h, hinv = module.value_rescale, module.inverse_value_rescale
+    got, _ = module.nstep_double_q_targets(q, q_target, rewards, no, no, no, 0.5, 3, 1e-3)
+    for t in range(T - 1):
+        k = min(3, T - 1 - t)
+        raw = sum(0.5**i for i in range(k)) + 0.5**k * hinv(q_target[t + k, 0, 1])
+        assert got[t, 0] == pytest.approx(float(h(raw)), rel=1e-6), t
+    terminated = no.clone()
+    terminated[2, 0] = True
+    got, _ = module.nstep_double_q_targets(q, q_target, rewards, terminated, no, no, 0.5, 3, 1e-3)
+    assert got[1, 0] == pytest.approx(float(h(torch.tensor(1.5))), rel=1e-6)  # r1 + 0.5 r2, no bootstrap
+
+
+# ---------------------------------------------------------------- priorities and the sum tree
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_priority_mix_matches_a_loop(mods, name):
+    g = torch.Generator().manual_seed(3)
+    abs_td = torch.rand(79, 12, generator=g) * 4
+    valid = torch.rand(79, 12, generator=g) < 0.9
+    valid[:, 3] = False  # a sequence with no valid step gets priority 0
+    got = mods[name].priority_mix(abs_td, valid, 0.9)
+    for b in range(12):
+        values = [float(abs_td[t, b]) for t in range(79) if valid[t, b]]
+        want = 0.9 * max(values) + 0.1 * sum(values) / len(values) if values else 0.0
+        assert float(got[b]) == pytest.approx(want, rel=1e-5), b
+
+
+def check_tree(tree):
+    """Every internal node is the sum of its two children (as float32 adds them)."""
+    leaves = tree.shape[0] // 2
+    parents = torch.arange(1, leaves)
+    assert torch.equal(tree[parents], tree[2 * parents] + tree[2 * parents + 1])
+
+
+def chi_square_bound(dof):
+    return dof + 6 * math.sqrt(2 * dof)  # 6 standard deviations of a chi-square with dof degrees of freedom
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("capacity", [37, 1000])
+def test_sampler_frequencies_match_p_alpha_by_chi_square(mods, name, capacity):
+    module = mods[name]
+    g = torch.Generator().manual_seed(capacity)
+    priorities = torch.rand(capacity, generator=g) * 10 + 0.01
+    priorities[torch.rand(capacity, generator=g) < 0.2] = 0.0  # empty slots
+    alpha = 0.9
+    tree = module.new_sum_tree(capacity)
+    module.tree_update(tree, torch.arange(capacity), priorities**alpha)
+    check_tree(tree)
+    torch.manual_seed(0)
+    draws = torch.cat([module.tree_sample(tree, 100, 0.6)[0] for _ in range(1000)])  # 1e5 draws
+    counts = torch.bincount(draws, minlength=capacity).double()
+    assert len(counts) == capacity, "a draw outside the slots"
+    assert counts[priorities == 0].sum() == 0, "an empty slot was drawn"
+    p = priorities.double() ** alpha
+    expected = 1e5 * p / p.sum()
+    live = expected > 0
+    chi2 = float(((counts[live] - expected[live]) ** 2 / expected[live]).sum())
+    assert chi2 < chi_square_bound(int(live.sum()) - 1), chi2
+    # and not just any distribution: a uniform one is far off
+    uniform = torch.full_like(expected[live], 1e5 / int(live.sum()))
+    assert float(((counts[live] - uniform) ** 2 / uniform).sum()) > 10 * chi_square_bound(int(live.sum()) - 1)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_importance_weights_equal_the_formula(mods, name):
+    module = mods[name]
+    g = torch.Generator().manual_seed(9)
+    priorities = torch.rand(50, generator=g) + 0.05
+    priorities[::7] = 0.0
+    tree = module.new_sum_tree(50)
+    module.tree_update(tree, torch.arange(50), priorities**0.9)
+    torch.manual_seed(1)
+    index, weights = module.tree_sample(tree, 16, 0.6)
+    p = priorities.double() ** 0.9
+    probs = p / p.sum()
+    n = int((priorities > 0).sum())
+    w = (n * probs[index]) ** -0.6
+    torch.testing.assert_close(weights.double(), w / w.max(), rtol=1e-5, atol=1e-6)
+    assert weights.max() == 1.0 and (weights > 0).all()
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_updates_with_repeated_indices_leave_a_valid_tree(mods, name):
+    module = mods[name]
+    tree = module.new_sum_tree(20)
+    module.tree_update(tree, torch.arange(20), torch.ones(20))
+    index = torch.tensor([3, 3, 3, 17, 5, 17, 0, 0])
+    values = torch.tensor([2.0, 7.0, 4.0, 0.5, 9.0, 1.5, 0.0, 3.0])
+    module.tree_update(tree, index, values)
+    check_tree(tree)
+    leaves = tree[32:52]
+    for i in set(index.tolist()):
+        assert float(leaves[i]) in values[index == i].tolist()
+    assert float(tree[1]) == pytest.approx(float(leaves.sum()), rel=1e-6)
+    assert tree[52:].sum() == 0  # the padding leaves stay empty
+    # the store's priority update: leaves get p^alpha, the running max follows
+    store = module.new_store(2, 2 * 40, 8, 4, (2,), torch.float32)
+    module.update_priorities(store, torch.tensor([1, 1, 4]), torch.tensor([2.0, 3.0, 0.5]), 0.9)
+    check_tree(store["tree"])
+    assert float(store["max_priority"]) == 3.0
+    assert float(store["tree"][16 + 1]) in (2.0**0.9, pytest.approx(3.0**0.9))
+
+
+# ---------------------------------------------------------------- the sequence store and burn-in on real streams
+
+
+def drive(module, env_id, num_envs, capacity, steps, burn_in, seq_len, overlap, hidden, seed, mask=False):
+    """The training loop's acting and storing (random actions, the acting network's LSTM state recorded before every
+    observation); returns the store, the network and what the env streamed, per position."""
+    length, period = burn_in + seq_len, seq_len - overlap
+    envs = module.make_env(env_id, num_envs, seed)
+    obs = module.observe(envs.reset()[0], mask)
+    torch.manual_seed(seed)
+    net = module.QNetwork(obs.shape[1:], envs.action_space.n, hidden)
+    frame_shape, dtype = module.frame_shape_of(env_id, mask)
+    store = module.new_store(num_envs, capacity, period, hidden, frame_shape, dtype)
+    newest = (lambda o: o[:, -1]) if len(frame_shape) == 2 else (lambda o: o)
+    zeros = torch.zeros(num_envs)
+    module.store_add(store, torch.as_tensor(newest(obs)), zeros == 0, zeros.long(), zeros, zeros.bool(), zeros.bool())
+    state = (torch.zeros(num_envs, hidden), torch.zeros(num_envs, hidden))
+    prev_a, prev_r, first = zeros.long(), zeros, torch.ones(num_envs, dtype=torch.bool)
+    rng = np.random.default_rng(seed)
+    rec = dict(obs=[obs], first=[first.numpy()], h=[], c=[], actions=[], rewards=[], terminated=[], truncated=[])
+    for it in range(steps):
+        if it % period == 0:
+            module.store_state(store, module.sequence_slots(store, it), it, *state)
+        rec["h"].append(state[0])
+        rec["c"].append(state[1])
+        with torch.no_grad():
+            _, state = net(torch.as_tensor(obs)[None], prev_a[None], prev_r[None], first[None], state)
+        actions = rng.integers(0, envs.action_space.n, num_envs)
+        next_obs, rewards, term, trunc, info = envs.step(actions)
+        obs = module.observe(next_obs, mask)
+        first = torch.as_tensor(info["elapsed_step"] == 0)
+        data = (torch.as_tensor(actions), torch.as_tensor(rewards, dtype=torch.float32))
+        module.store_add(
+            store, torch.as_tensor(newest(obs)), first, *data, torch.as_tensor(term), torch.as_tensor(trunc)
+        )
+        module.add_sequences(store, it + 2, length, period, 0.9)
+        prev_a, prev_r = data
+        for key, value in zip(rec, (obs, first, None, None, *data, term, trunc)):
+            if value is not None:
+                rec[key].append(np.asarray(value))
+    envs.close()
+    stream = {key: np.stack(value, 1) for key, value in rec.items() if key not in ("h", "c")}
+    stream["h"], stream["c"] = torch.stack(rec["h"], 1), torch.stack(rec["c"], 1)
+    return store, net, stream
+
+
+def valid_starts(count, length, period, slots):
+    """The sequence starts p that can be sampled once `count` frames per env are written."""
+    return [p for p in range(0, count, period) if p + length <= count <= p + slots - 3]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize(
+    "env_id,num_envs,capacity,steps,mask",
+    [
+        ("CartPole-v1", 3, 3 * 64, 300, True),
+        ("CartPole-v1", 2, 2 * 400, 250, False),
+        ("Breakout-v5", 2, 2 * 48, 250, False),
+    ],
+)
+def test_sequences_replay_the_stream_and_burn_in_rebuilds_the_state(
+    mods, name, env_id, num_envs, capacity, steps, mask
+):
+    """Every sampleable sequence is the env's stream (Atari: envpool's own stacks, episode starts, wrap-around),
+    carries the actor's LSTM state at its start, and the burn-in from that state reproduces the actor's state."""
+    module = mods[name]
+    burn_in, seq_len, overlap, hidden = 6, 10, 2, 16
+    length, period = burn_in + seq_len, seq_len - overlap
+    store, net, stream = drive(module, env_id, num_envs, capacity, steps, burn_in, seq_len, overlap, hidden, seed=5)
+    slots, count = store["frames"].shape[1], steps + 1
+    assert slots == capacity // num_envs // period * period
+    assert count > 2 * slots or capacity > num_envs * count, "the ring wraps around, or it holds the whole stream"
+    assert stream["first"][:, 1:].any(), "episode starts inside the stream"
+    starts = valid_starts(count, length, period, slots)
+    per_env = slots // period
+    index = torch.tensor([e * per_env + (p // period) % per_env for e in range(num_envs) for p in starts])
+    leaves = store["tree"][store["tree"].shape[0] // 2 :][: num_envs * per_env]
+    assert set(torch.nonzero(leaves).flatten().tolist()) == set(index.tolist()), "exactly the valid sequences"
+    assert torch.allclose(leaves[index], torch.tensor(1.0))  # they entered at the running max, 1
+    batch = module.sample_sequences(store, index, length)
+    assert batch["first"].shape == (length, len(index)) and batch["h"].shape == (len(index), hidden)
+    for b, (e, p) in enumerate((e, p) for e in range(num_envs) for p in starts):
+        pos = slice(p, p + length)
+        np.testing.assert_array_equal(batch["obs"][:, b].numpy(), stream["obs"][e, pos])
+        np.testing.assert_array_equal(batch["first"][:, b].numpy(), stream["first"][e, pos])
+        for key in ("actions", "rewards", "terminated", "truncated"):
+            np.testing.assert_array_equal(batch[key][:-1, b].numpy(), stream[key][e, p : p + length - 1], key)
+        if p > 0:
+            assert batch["prev_actions"][0, b] == stream["actions"][e, p - 1]
+        np.testing.assert_array_equal(batch["prev_actions"][1:, b].numpy(), stream["actions"][e, p : p + length - 1])
+        np.testing.assert_array_equal(batch["prev_rewards"][1:, b].numpy(), stream["rewards"][e, p : p + length - 1])
+        assert torch.equal(batch["h"][b], stream["h"][e, p]) and torch.equal(batch["c"][b], stream["c"][e, p])
+    # burn-in: unrolled from the stored state with unchanged parameters, the state is the actor's at p + burn_in
+    with torch.no_grad():
+        _, (h, c) = net(*module.part(batch, 0, burn_in), (batch["h"], batch["c"]))
+    for b, (e, p) in enumerate((e, p) for e in range(num_envs) for p in starts):
+        torch.testing.assert_close(h[b], stream["h"][e, p + burn_in], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(c[b], stream["c"][e, p + burn_in], rtol=1e-5, atol=1e-6)
+    # a zero state instead of the stored one gives another state, unless an episode began in the burn-in
+    with torch.no_grad():
+        _, (h0, _) = net(*module.part(batch, 0, burn_in), (batch["h"] * 0, batch["c"] * 0))
+    fresh = batch["first"][:burn_in].any(dim=0)
+    assert (~fresh).any() and not torch.allclose(h0[~fresh], h[~fresh], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_bytes_stored(mods, name):
+    module = mods[name]
+    store = module.new_store(32, 1_000_000, 40, 512, device="meta")  # shapes and sizes, no 7 GB allocated
+    nbytes = sum(t.nbytes for t in store.values())
+    assert nbytes == module.store_bytes(32, 1_000_000, 40, 512)
+    # one 84x84 frame per env step (7 KB), plus the step data and one LSTM state per 40 steps: about 7.2 GB
+    assert 7.05e9 < nbytes < 7.3e9, nbytes
+    assert store["frames"].shape == (32, 31240, 84, 84) and store["h"].shape == (32 * 781, 512)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_actor_epsilons_follow_ape_x(mods, name):
+    eps = mods[name].actor_epsilons(8, 0.4, 7.0)
+    want = [0.4 ** (1 + 7 * i / 7) for i in range(8)]
+    torch.testing.assert_close(eps.double(), torch.tensor(want, dtype=torch.float64), rtol=1e-6, atol=0)
+    assert mods[name].actor_epsilons(1, 0.4, 7.0).tolist() == [pytest.approx(0.4)]
+
+
+# ---------------------------------------------------------------- scripts end to end
+
+
+def read_curve(line, tmp_path):
+    return (tmp_path / line["run_name"] / "returns.csv").read_text()
+
+
+def last_mean(line, tmp_path, k=20):
+    returns = [float(row.split(",")[2]) for row in read_curve(line, tmp_path).splitlines()[1:]]
+    return float(np.mean(returns[-k:])), len(returns)
+
+
+@pytest.mark.parametrize("name,flags", [(EAGER, ())])
+def test_smoke_tiny_budget_on_breakout(name, flags, tmp_path):
+    proc, lines = run_script(name, *TINY_ATARI, "400", *flags, "--save-model", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = lines
+    assert_finite_results_line(line, name)
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    assert line["steps"] == 400 and line["mode"] == "train" and line["buffer_device"] == "cpu"
+    assert line["compile"] is ("--compile" in flags) and line["cudagraphs"] is False
+    assert line["updates"] == (400 - 40) // 4 and line["env_id"] == "Breakout-v5"
+    assert line["buffer_bytes"] == 400 * (84 * 84 + 15) + 100 * (8 + 2 * 32 * 4) + 2 * 128 * 4 + 12
+    curve = read_curve(line, tmp_path).splitlines()
+    assert curve[0] == "step,wall_s,return" and len(curve) == line["episodes"] + 1
+    if name == EAGER:  # the checkpoint plays full games
+        checkpoint = tmp_path / line["run_name"] / f"{name}.pt"
+        proc, lines = run_script(name, "--eval-checkpoint", str(checkpoint), "--eval-episodes", "1", tmp_path=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        evaluation = lines[-1]
+        assert evaluation["mode"] == "eval" and evaluation["status"] == "ok"
+        assert evaluation["episodes"] == 1 and math.isfinite(evaluation["mean_return"])
+        assert evaluation["steps"] > 0 and evaluation["env_id"] == "Breakout-v5"
+        assert_summary_matches(proc.stdout, evaluation, tmp_path / "results.jsonl")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_runs_are_deterministic(name, tmp_path):
+    runs = []
+    for i in range(2):
+        (tmp_path / str(i)).mkdir()
+        proc, lines = run_script(name, *CARTPOLE, "--total-timesteps", "3000", tmp_path=tmp_path / str(i))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(lines[0])
+    assert runs[0]["updates"] == (3000 - 2000) // 16 + 1
+    for key in ("losses", "mean_return", "episodes", "steps"):
+        assert runs[0][key] == runs[1][key], key
+    curves = [read_curve(line, tmp_path / str(i)) for i, line in enumerate(runs)]
+    assert [row.split(",")[::2] for row in curves[0].splitlines()] == [
+        row.split(",")[::2] for row in curves[1].splitlines()
+    ]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_non_finite_loss_stops_the_run_as_diverged(name, tmp_path):
+    # a huge step size: the weights blow up after the first steps, the Q-values and the loss overflow
+    proc, lines = run_script(name, *CARTPOLE, "--total-timesteps", "4000", "--learning-rate", "1e30", tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    [line] = lines  # parsed strictly: no NaN in the file
+    assert line["status"] == "diverged" and line["message"].startswith("loss diverged at step ")
+    assert f"{name}.py: {line['message']}" in proc.stderr
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+BAD_INPUTS = [
+    (("--env-id", "NotAGame-v5"), "--env-id"),
+    (("--env-id", "HalfCheetah-v4"), "--env-id"),
+    (("--env-id", "Pendulum-v1"), "--env-id"),  # continuous actions
+    (("--env-id", "Pong-v5", "--mask-velocity", "True"), "--mask-velocity"),
+    (("--batch-size", "100000"), "--batch-size"),
+    (("--buffer-size", "1000"), "--buffer-size"),
+    (("--buffer-size", "0"), "--buffer-size"),
+    (("--batch-size", "-1"), "--batch-size"),
+    (("--num-envs", "0"), "--num-envs"),
+    (("--seq-len", "0"), "--seq-len"),
+    (("--n-step", "0"), "--n-step"),
+    (("--burn-in", "-1"), "--burn-in"),
+    (("--overlap", "80"), "--overlap"),
+    (("--train-frequency", "0"), "--train-frequency"),
+    (("--target-network-frequency", "0"), "--target-network-frequency"),
+    (("--gamma", "1.5"), "--gamma"),
+    (("--learning-starts", "100"), "--learning-starts"),
+    (("--learning-starts", "10000000"), "--learning-starts"),
+    (("--total-timesteps", "10"), "--total-timesteps"),
+    (("--buffer-device", "tpu"), "--buffer-device"),
+    (("--buffer-device", "cuda"), "--buffer-device"),
+    (("--buffer-size", "100000000000"), "--buffer-size"),  # 700 TB: more than this machine has
+]
+
+
+def flags_to_args(module, flags):
+    fields = {flag.removeprefix("--").replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2])}
+    defaults = module.Args()
+    typed = {k: v if k == "buffer_device" else type(getattr(defaults, k))(v) for k, v in fields.items()}
+    return module.Args(**(typed | {"mask_velocity": fields.get("mask_velocity") == "True"}))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("flags,flag", BAD_INPUTS)
+def test_bad_input_exits_2_with_one_line(mods, name, flags, flag, capsys, tmp_path):
+    args = flags_to_args(mods[name], flags)
+    args.results_file = str(tmp_path / "results.jsonl")
+    args.cuda = False
+    with pytest.raises(SystemExit) as exit_info:
+        mods[name].main(args)
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: ") and flag in err[0], err
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_classic_control_and_other_atari_games_are_accepted(mods):
+    for name in SCRIPTS:
+        for env_id in ("Pong-v5", "CartPole-v1", "Acrobot-v1"):
+            mods[name].check_env_id(env_id)  # no exit
+
+
+def test_scripts_import_without_side_effects():
+    for name in SCRIPTS:
+        assert name in sys.modules or load_script(name)
+
+
+# ---------------------------------------------------------------- learning
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_learns_velocity_masked_cartpole_short(name, tmp_path):
+    """CI check: the small-task settings (CARTPOLE above) on CartPole-v1 without its velocities."""
+    proc, lines = run_script(name, *CARTPOLE, "--total-timesteps", "40000", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mean, episodes = last_mean(lines[0], tmp_path)
+    assert episodes >= 20 and mean >= 150, (mean, episodes)
