@@ -1,0 +1,327 @@
+"""PPO Atari, data-parallel: two gloo ranks against one process, torchrun end to end on CPU, dead and hung ranks."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from conftest import (
+    ROOT,
+    assert_finite_results_line,
+    assert_summary_matches,
+    load_script,
+    run_script,
+    strict_json,
+    summary_of,
+)
+
+DIST, TWIN = "ppo_atari_envpool_distributed", "ppo_atari_envpool_torchcompile"
+HYPER = dict(clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, norm_adv=True, clip_vloss=True, max_grad_norm=0.5)
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_subprocess(monkeypatch):
+    # the ranks run as processes side by side on a 2-core machine: OpenMP teams spinning on the same cores slow each
+    # other down many times over
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+# ---------------------------------------------------------------- the averaged gradient
+
+T, ENVS, RANKS = 4, 8, 2  # one process with 8 envs against two ranks with 4 each
+LOCAL = ENVS // RANKS
+
+
+def rollout_of_8_envs(iteration):
+    """A (T, 8 envs) rollout, and one minibatch: 8 random steps of each rank's 4 envs (local and global indices)."""
+    g = torch.Generator().manual_seed(iteration)
+    obs = torch.randint(0, 256, (T, ENVS, 4, 84, 84), generator=g, dtype=torch.uint8)
+    actions = torch.randint(0, 4, (T, ENVS), generator=g)
+    logprobs = -torch.rand(T, ENVS, generator=g) * 2 - 0.5
+    # advantages with a non-zero mean that differs between the ranks' envs: a per-rank normalization would show
+    advantages = torch.randn(T, ENVS, generator=g) + torch.linspace(-1.0, 2.0, ENVS)
+    returns, values = torch.randn(T, ENVS, generator=g), torch.randn(T, ENVS, generator=g)
+    local = [torch.randperm(T * LOCAL, generator=g)[: T * LOCAL // 2] for _ in range(RANKS)]
+    # flat (T, B) index: step t, env b of rank r is t * LOCAL + b on its rank, t * ENVS + r * LOCAL + b in one process
+    global_inds = torch.cat([(i // LOCAL) * ENVS + r * LOCAL + i % LOCAL for r, i in enumerate(local)])
+    return (obs, actions, logprobs, advantages, returns, values), local, global_inds
+
+
+def agent_and_optimizer(module):
+    torch.manual_seed(0)  # the same weights in every process
+    agent = module.Agent(4)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=torch.tensor(2.5e-4), eps=1e-5, fused=True)
+    return agent, optimizer
+
+
+def snapshot(agent, losses):
+    return dict(
+        grads=[p.grad.clone() for p in agent.parameters()],
+        params=[p.detach().clone() for p in agent.parameters()],
+        losses={name: value.item() for name, value in losses.items()},
+    )
+
+
+ITERATIONS = 3
+
+
+def update_on_rank(rank, init_file, out_dir):
+    """One rank (spawned): the distributed script's update on its 4 envs' share of each minibatch."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=RANKS)
+    module = load_script(DIST)
+    agent, optimizer = agent_and_optimizer(module)
+    steps = []
+    for iteration in range(ITERATIONS):
+        batch, local, _ = rollout_of_8_envs(iteration)
+        share = [x[:, rank * LOCAL : (rank + 1) * LOCAL].flatten(0, 1) for x in batch]
+        losses = module.update(agent, optimizer, *share, local[rank], **HYPER, world_size=RANKS)
+        steps.append(snapshot(agent, losses))
+    torch.save(steps, Path(out_dir) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("two_ranks")
+    mp.spawn(update_on_rank, args=(str(tmp / "rendezvous"), str(tmp)), nprocs=RANKS)
+    return [torch.load(tmp / f"rank{rank}.pt") for rank in range(RANKS)]
+
+
+def test_two_ranks_compute_the_gradient_of_one_process_with_all_envs(two_ranks):
+    """Same minibatch data: the ranks' averaged (and clipped) gradient and their losses are those of the twin's update
+    in one process with the 8 envs; so are the weights after each Adam step."""
+    twin = load_script(TWIN)
+    agent, optimizer = agent_and_optimizer(twin)
+    for iteration in range(ITERATIONS):
+        batch, _, global_inds = rollout_of_8_envs(iteration)
+        want = snapshot(agent, twin.update(agent, optimizer, *(x.flatten(0, 1) for x in batch), global_inds, **HYPER))
+        for got in (steps[iteration] for steps in two_ranks):
+            for g, w in zip(got["grads"], want["grads"]):
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+            for g, w in zip(got["params"], want["params"]):
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+            assert got["losses"] == pytest.approx(want["losses"], rel=1e-4, abs=1e-6)
+    # the check bites: the gradient was clipped (by its global norm) and the weights moved
+    assert want["losses"]["clipfrac"] > 0
+    norm = torch.cat([g.flatten() for g in want["grads"]]).norm()
+    torch.testing.assert_close(norm, torch.tensor(HYPER["max_grad_norm"]), rtol=1e-3, atol=0)
+
+
+def test_ranks_keep_bitwise_equal_weights(two_ranks):
+    """Different data on each rank, the same averaged gradient: the same bits after every step."""
+    rank0, rank1 = two_ranks
+    for a, b in zip(rank0, rank1):
+        assert a["losses"] == b["losses"]
+        for pa, pb, ga in zip(a["params"], b["params"], a["grads"]):
+            assert torch.equal(pa, pb)
+            assert ga.abs().sum() > 0
+    assert not torch.equal(rank0[0]["params"][0], rank0[-1]["params"][0])
+
+
+# ---------------------------------------------------------------- torchrun end to end
+
+
+def torchrun(*flags, tmp_path, nproc=2, wait=True):
+    """Launch the distributed script with torchrun on CPU, its results file in tmp_path.
+
+    Returns (completed process, list of results lines); with wait=False, (Popen, results file).
+    """
+    results = Path(tmp_path) / "results.jsonl"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    cmd += [str(ROOT / "leanrl" / f"{DIST}.py"), "--no-cuda", "--results-file", str(results), *flags]
+    if not wait:
+        return subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    lines = [strict_json(line) for line in results.read_text().splitlines()] if results.exists() else []
+    return proc, lines
+
+
+# two ranks of 2 envs, 16 steps: a global batch of 64 steps, two iterations of 2 minibatches
+TINY = ("--local-num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1")
+TINY += ("--total-timesteps", "128", "--measure-burnin", "1")
+VARIANTS = {"eager": ("--save-model",), "--compile": ("--compile",)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{variant: (tmp dir, process, results lines)}, the two variants side by side."""
+
+    def run(variant):
+        tmp = tmp_path_factory.mktemp(variant.replace("-", "") or "eager")
+        return (tmp, *torchrun(*TINY, *VARIANTS[variant], tmp_path=tmp))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(VARIANTS, pool.map(run, VARIANTS)))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_torchrun_writes_one_results_line_with_the_global_steps(runs, variant):
+    tmp, proc, lines = runs[variant]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = lines  # rank 0 alone writes
+    assert_finite_results_line(line, DIST)
+    assert line["world_size"] == 2 and line["compile"] is (variant == "--compile")
+    assert line["steps"] == 128  # 2 ranks x 2 envs x 16 steps x 2 iterations
+    assert line["total_timesteps"] == 128
+    assert_summary_matches(proc.stdout, line, tmp / "results.jsonl")  # one summary line: rank 1 prints none
+    assert [d.name for d in tmp.iterdir() if d.is_dir()] == [line["run_name"]]  # one run folder, rank 0's
+    assert (tmp / line["run_name"] / "returns.csv").read_text().startswith("step,wall_s,return\n")
+    if "--save-model" in VARIANTS[variant]:  # rank 0's checkpoint, with the global and the per-rank env counts
+        checkpoint = torch.load(tmp / line["run_name"] / f"{DIST}.pt", map_location="cpu")
+        assert (checkpoint["args"]["num_envs"], checkpoint["args"]["local_num_envs"]) == (4, 2)
+        assert set(checkpoint["model"]) >= {"actor.weight", "critic.weight"}
+
+
+def test_compiled_ranks_learn_like_eager_ranks(runs):
+    """The collectives inside the compiled update compute what the eager ones do: same actions (same seeds), same
+    averaged losses to float32 rounding."""
+    eager, compiled = runs["eager"][2][0], runs["--compile"][2][0]
+    for name, value in eager["losses"].items():
+        assert compiled["losses"][name] == pytest.approx(value, rel=1e-3, abs=1e-6), name
+
+
+# ---------------------------------------------------------------- one process is the twin
+
+
+def scores(tmp, line):
+    rows = (tmp / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
+    return [(row.split(",")[0], row.split(",")[2]) for row in rows]
+
+
+def test_without_torchrun_it_is_the_twin(tmp_path):
+    """World size 1, same seed: the same envs, actions, games and losses as the twin, bit for bit."""
+    # two envs, two iterations of 128 steps: Breakout games end (seed 1: two of them, one scoring)
+    flags = ("--num-envs", "2", "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "1")
+    flags += ("--total-timesteps", "512", "--measure-burnin", "1")
+
+    def run(name):
+        tmp = tmp_path / name
+        tmp.mkdir()
+        proc, lines = run_script(name, *flags, tmp_path=tmp)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (line,) = lines
+        return tmp, line
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        (tmp, line), (twin_tmp, twin_line) = pool.map(run, (DIST, TWIN))
+    assert_finite_results_line(line, DIST)
+    assert line["world_size"] == 1 and line["steps"] == 512
+    assert line["losses"] == twin_line["losses"]
+    assert (line["episodes"], line["mean_return"]) == (twin_line["episodes"], twin_line["mean_return"])
+    assert scores(tmp, line) == scores(twin_tmp, twin_line)
+    assert any(float(score) > 0 for _, score in scores(tmp, line)), "no game scored: compare something that can differ"
+
+
+# ---------------------------------------------------------------- a dead or hung rank
+
+
+def rank_pids(launcher_pid):
+    """{RANK: pid} of the worker processes torchrun started."""
+    pids = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (proc / "environ").read_bytes().split(b"\0") if parent == launcher_pid else []
+        except (OSError, ValueError):
+            continue
+        for item in environ:
+            if item.startswith(b"RANK="):
+                pids[int(item[5:])] = int(proc.name)
+    return pids
+
+
+TIMEOUT = 6
+
+
+@pytest.mark.parametrize("how", ["killed", "hung"])
+def test_a_dead_or_hung_rank_ends_the_run_with_an_error_line(how, tmp_path):
+    """Rank 1 is killed (SIGKILL) or hangs (SIGSTOP) mid-run: rank 0 stops within --dist-timeout and writes status
+    error. Killed, its socket closes and rank 0's next collective fails at once; hung, the collective times out."""
+    budget = ("--total-timesteps", "1000000", "--dist-timeout", str(TIMEOUT))
+    launcher = torchrun(*TINY[:-4], *budget, tmp_path=tmp_path, wait=False)
+    try:
+        deadline = time.time() + 120
+        while not list(tmp_path.glob("*/returns.csv")):  # rank 0 is past the weight broadcast, into the rollouts
+            assert launcher.poll() is None and time.time() < deadline, launcher.communicate()
+            time.sleep(0.2)
+        time.sleep(1.0)
+        ranks = rank_pids(launcher.pid)
+        assert set(ranks) == {0, 1}, ranks
+        os.kill(ranks[1], signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        stopped = time.time()
+        results = tmp_path / "results.jsonl"
+        while not results.exists():
+            assert time.time() - stopped < TIMEOUT + 20, "rank 0 still waits on the dead rank"
+            time.sleep(0.1)
+        waited = time.time() - stopped
+        if how == "hung":
+            os.kill(ranks[1], signal.SIGKILL)  # torchrun's SIGTERM waits on a stopped process
+        stdout, _ = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+    assert launcher.returncode != 0
+    (line,) = [strict_json(text) for text in results.read_text().splitlines()]
+    assert line["status"] == "error" and line["world_size"] == 2, line
+    assert 0 < line["steps"] < 1000000 and line["steps"] % 4 == 0 and line["message"]
+    assert summary_of(stdout)["status"] == "error"
+    if how == "hung":
+        assert TIMEOUT - 1 < waited < TIMEOUT + 10, waited
+        assert "Timed out" in line["message"], line["message"]
+    else:
+        assert waited < TIMEOUT, waited  # no need to wait for the timeout: the peer's socket closed
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.fixture(scope="module")
+def dist_module():
+    return load_script(DIST)
+
+
+@pytest.mark.parametrize(
+    "flags,world_size,message",
+    [
+        (dict(num_envs=3), 2, "--num-envs 3 does not divide by the world size 2"),
+        (dict(local_num_envs=0), 2, "--local-num-envs must be positive, got 0"),
+        (dict(backend="nccl"), 1, "--backend 'nccl' is not available on this machine"),
+        (dict(backend="mpi"), 2, "--backend 'mpi' is not available on this machine"),
+        (dict(cudagraphs=True), 2, "--cudagraphs needs CUDA, and none is available"),
+        (dict(num_envs=4, num_minibatches=3, num_steps=16), 2, "does not divide the batch of 32 steps per rank"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_from_rank_0(dist_module, flags, world_size, message, monkeypatch, capsys):
+    """Every rank sees the same flags and stops before joining the others (so none waits on the rest); rank 0
+    alone prints the line."""
+    for rank in range(world_size):
+        monkeypatch.setenv("WORLD_SIZE", str(world_size))
+        monkeypatch.setenv("RANK", str(rank))
+        args = dist_module.Args(cuda=False, total_timesteps=1024, **flags)
+        with pytest.raises(SystemExit) as exit_info:
+            dist_module.main(args)
+        assert exit_info.value.code == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        if rank == 0:
+            assert len(err) == 1 and err[0].startswith(f"{DIST}.py: error: ") and message in err[0], err
+        else:
+            assert err == []
+
+
+def test_bad_input_under_torchrun_stops_every_rank_with_one_line(tmp_path):
+    start = time.time()
+    proc, lines = torchrun("--num-envs", "3", "--num-steps", "16", "--total-timesteps", "128", tmp_path=tmp_path)
+    assert proc.returncode != 0 and lines == []
+    # torchrun adds its own report of the failed ranks; the script's line is there once, from rank 0
+    ours = [line for line in proc.stderr.splitlines() if line.startswith(f"{DIST}.py: error:")]
+    assert ours == [f"{DIST}.py: error: --num-envs 3 does not divide by the world size 2"], ours
+    assert "exitcode  : 2" in proc.stderr
+    assert time.time() - start < 60
