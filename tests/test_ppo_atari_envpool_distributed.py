@@ -21,6 +21,7 @@ from conftest import (
     strict_json,
     summary_of,
 )
+from torch._dynamo.utils import counters
 
 DIST, TWIN = "ppo_atari_envpool_distributed", "ppo_atari_envpool_torchcompile"
 HYPER = dict(clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, norm_adv=True, clip_vloss=True, max_grad_norm=0.5)
@@ -80,12 +81,33 @@ def update_on_rank(rank, init_file, out_dir):
     agent, optimizer = agent_and_optimizer(module)
     steps = []
     for iteration in range(ITERATIONS):
-        batch, local, _ = rollout_of_8_envs(iteration)
-        share = [x[:, rank * LOCAL : (rank + 1) * LOCAL].flatten(0, 1) for x in batch]
-        losses = module.update(agent, optimizer, *share, local[rank], **HYPER, world_size=RANKS)
+        share = rank_share(iteration, rank)
+        losses = module.update(agent, optimizer, *share, **HYPER, world_size=RANKS)
         steps.append(snapshot(agent, losses))
-    torch.save(steps, Path(out_dir) / f"rank{rank}.pt")
+
+    # the first step again, compiled: the graphs dynamo makes are run as traced (no inductor: quick), and kept
+    graphs = []
+
+    def keeping_backend(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    torch._dynamo.reset()
+    counters.clear()
+    agent, optimizer = agent_and_optimizer(module)
+    losses = torch.compile(module.update, backend=keeping_backend)(
+        agent, optimizer, *rank_share(0, rank), **HYPER, world_size=RANKS
+    )
+    breaks = {reason.splitlines()[0]: count for reason, count in counters["graph_break"].items()}
+    compiled = dict(snapshot(agent, losses), graphs=graphs, breaks=breaks)
+    torch.save(dict(steps=steps, compiled=compiled), Path(out_dir) / f"rank{rank}.pt")
     dist.destroy_process_group()
+
+
+def rank_share(iteration, rank):
+    """A rank's storage (its 4 envs) flattened as the script flattens it, and its minibatch indices."""
+    batch, local, _ = rollout_of_8_envs(iteration)
+    return *(x[:, rank * LOCAL : (rank + 1) * LOCAL].flatten(0, 1) for x in batch), local[rank]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +125,7 @@ def test_two_ranks_compute_the_gradient_of_one_process_with_all_envs(two_ranks):
     for iteration in range(ITERATIONS):
         batch, _, global_inds = rollout_of_8_envs(iteration)
         want = snapshot(agent, twin.update(agent, optimizer, *(x.flatten(0, 1) for x in batch), global_inds, **HYPER))
-        for got in (steps[iteration] for steps in two_ranks):
+        for got in (rank["steps"][iteration] for rank in two_ranks):
             for g, w in zip(got["grads"], want["grads"]):
                 torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
             for g, w in zip(got["params"], want["params"]):
@@ -117,13 +139,34 @@ def test_two_ranks_compute_the_gradient_of_one_process_with_all_envs(two_ranks):
 
 def test_ranks_keep_bitwise_equal_weights(two_ranks):
     """Different data on each rank, the same averaged gradient: the same bits after every step."""
-    rank0, rank1 = two_ranks
+    rank0, rank1 = (rank["steps"] for rank in two_ranks)
     for a, b in zip(rank0, rank1):
         assert a["losses"] == b["losses"]
         for pa, pb, ga in zip(a["params"], b["params"], a["grads"]):
             assert torch.equal(pa, pb)
             assert ga.abs().sum() > 0
     assert not torch.equal(rank0[0]["params"][0], rank0[-1]["params"][0])
+
+
+def test_the_collectives_run_inside_the_compiled_update(two_ranks):
+    """Compiled, the update breaks only where the twin's does (PyTorch's own breaks around backward() and the
+    optimizer step); the advantage statistics are gathered inside the forward graph and the flat all-reduce runs
+    inside the graph after backward(). The compiled step computes the eager step's gradient."""
+    for rank in two_ranks:
+        compiled, eager = rank["compiled"], rank["steps"][0]
+        assert compiled["breaks"] == {  # as pinned for the twin in test_ppo_atari_envpool.py
+            "Unsupported Tensor.backward() call": 1,
+            "Call to `torch._dynamo.graph_break()`": 2,
+            "Skip calling `torch.compiler.disable()`d function": 2,
+        }, compiled["breaks"]
+        forward, after_backward, *_ = compiled["graphs"]
+        assert len(compiled["graphs"]) == 3
+        assert "_c10d_functional.all_gather_into_tensor" in forward and "all_reduce" not in forward
+        assert "_c10d_functional.all_reduce" in after_backward and "wait_tensor" in after_backward
+        assert "clamp" in after_backward  # the clipping follows the all-reduce in the same graph
+        for got, want in zip(compiled["grads"], eager["grads"]):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+        assert compiled["losses"] == pytest.approx(eager["losses"], rel=1e-5, abs=1e-7)
 
 
 # ---------------------------------------------------------------- torchrun end to end
