@@ -402,9 +402,9 @@ def average_over_ranks(params, loss, parts, world_size):
     # trick: one flat buffer, one all-reduce per minibatch (one big message, not one per parameter). The losses ride
     # along, so every rank reads the same numbers: the divergence check and --target-kl stop all ranks alike. A
     # functional collective returns a new tensor instead of writing into its argument through a work handle, which
-    # is what lets torch.compile trace it: the all-reduce runs inside the compiled update and, under --cudagraphs,
-    # inside its CUDA graph (the weight broadcast and the warm-up calls set NCCL up before the capture). gloo has no
-    # average op: sum, then divide
+    # is what lets torch.compile trace it: the all-reduce runs inside the compiled update (in the graph after
+    # backward()) and, under --cudagraphs, inside its CUDA graph: NCCL kernels can be captured once the communicator
+    # exists, which the weight broadcast sees to before the warm-up calls. gloo has no average op: sum, then divide
     grads = [param.grad for param in params]
     scalars = torch.stack([loss, *parts.values()])
     flat = torch.cat([grad.flatten() for grad in grads] + [scalars])
@@ -567,8 +567,8 @@ def main(args):
         run_dir.mkdir(parents=True, exist_ok=True)
     try:
         # trick: join the other ranks; a collective waits --dist-timeout at most, then raises, so none waits forever
-        signal.signal(signal.SIGTERM, stopped)
         if world_size > 1:
+            signal.signal(signal.SIGTERM, stopped)
             dist.init_process_group(args.backend, timeout=timedelta(seconds=args.dist_timeout))
         # trick: each rank its own envs, seeded as the twin seeds the same envs (envpool seeds env i with seed + i)
         envs = make_env(args.env_id, args.local_num_envs, args.seed + rank * args.local_num_envs)
