@@ -27,7 +27,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
 import tqdm
 import tyro
@@ -329,7 +328,7 @@ class QNetwork(nn.Module):
 
     def __init__(self, obs_shape, n_actions, hidden_size=512):
         super().__init__()
-        self.n_actions = n_actions
+        self.register_buffer("actions", torch.arange(n_actions), persistent=False)
         self.image = len(obs_shape) == 3
         if self.image:
             self.torso = nn.Sequential(
@@ -366,7 +365,7 @@ class QNetwork(nn.Module):
         inputs = torch.cat(
             [
                 self.torso(x).view(T, B, -1),
-                F.one_hot(prev_actions, self.n_actions).float() * keep,
+                (prev_actions[..., None] == self.actions).float() * keep,  # one-hot
                 prev_rewards[..., None] * keep,
             ],
             dim=-1,

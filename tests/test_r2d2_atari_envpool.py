@@ -1,16 +1,18 @@
 """R2D2 (envpool): value rescaling, sequence targets and priorities against float64 loops, the sum tree's sampler by
 chi-square, the sequence store and the burn-in against real env streams, twin agreement, the scripts end to end."""
 
+import copy
 import math
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script
 
-EAGER = "r2d2_atari_envpool"
-SCRIPTS = (EAGER,)
+EAGER, TWIN = "r2d2_atari_envpool", "r2d2_atari_envpool_torchcompile"
+SCRIPTS = (EAGER, TWIN)
 # masked CartPole, the small-task settings: 8 envs, hidden 64, burn-in 8 + sequences of 16 overlapping by 8, batch 32,
 # one gradient step per 16 env steps (2 per iteration), lr 1e-3, gamma 0.99, target copy every 200 steps
 CARTPOLE = ("--env-id", "CartPole-v1", "--mask-velocity", "--num-envs", "8", "--hidden-size", "64", "--burn-in", "8")
@@ -21,6 +23,11 @@ CARTPOLE += ("--buffer-size", "40000", "--learning-starts", "2000", "--measure-b
 TINY_ATARI = ("--num-envs", "2", "--hidden-size", "32", "--burn-in", "4", "--seq-len", "8", "--overlap", "4")
 TINY_ATARI += ("--batch-size", "4", "--buffer-size", "400", "--learning-starts", "40", "--train-frequency", "4")
 TINY_ATARI += ("--target-network-frequency", "20", "--measure-burnin", "1", "--total-timesteps")
+# the smallest CartPole run that still trains (compiling the unrolled update dominates: keep the unroll short)
+TINY_CARTPOLE = ("--env-id", "CartPole-v1", "--num-envs", "4", "--hidden-size", "16", "--burn-in", "1")
+TINY_CARTPOLE += ("--seq-len", "3", "--overlap", "1", "--batch-size", "8", "--train-frequency", "8")
+TINY_CARTPOLE += ("--buffer-size", "400", "--learning-starts", "200", "--target-network-frequency", "10")
+TINY_CARTPOLE += ("--measure-burnin", "1", "--total-timesteps", "600")
 
 
 @pytest.fixture(autouse=True)
@@ -380,6 +387,163 @@ def test_actor_epsilons_follow_ape_x(mods, name):
     assert mods[name].actor_epsilons(1, 0.4, 7.0).tolist() == [pytest.approx(0.4)]
 
 
+# ---------------------------------------------------------------- twin: agreement, compiled functions, graph breaks
+
+
+def test_twin_math_equals_the_eager_math(mods):
+    eager, twin = mods[EAGER], mods[TWIN]
+    x = spread(500, seed=4)
+    torch.testing.assert_close(twin.value_rescale(x), eager.value_rescale(x), rtol=0, atol=0)
+    torch.testing.assert_close(twin.inverse_value_rescale(x), eager.inverse_value_rescale(x), rtol=0, atol=0)
+    inputs = random_sequences(30, 7, 5, seed=8)
+    got, want = (
+        twin.nstep_double_q_targets(*inputs, 0.99, 5, 1e-3),
+        eager.nstep_double_q_targets(*inputs, 0.99, 5, 1e-3),
+    )
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    abs_td, valid = torch.rand(29, 7), torch.rand(29, 7) < 0.8
+    assert torch.equal(twin.priority_mix(abs_td, valid, 0.9), eager.priority_mix(abs_td, valid, 0.9))
+    trees = [module.new_sum_tree(100) for module in (eager, twin)]
+    for module, tree in zip((eager, twin), trees):
+        module.tree_update(tree, torch.arange(100), torch.rand(100, generator=torch.Generator().manual_seed(1)))
+        module.tree_update(tree, torch.tensor([5, 5, 9]), torch.tensor([0.0, 2.0, 3.0]))
+    assert torch.equal(trees[0], trees[1])
+    samples = []
+    for module, tree in zip((eager, twin), trees):
+        torch.manual_seed(3)
+        samples.append(module.tree_sample(tree, 64, 0.6))
+    assert torch.equal(samples[0][0], samples[1][0]) and torch.equal(samples[0][1], samples[1][1])
+
+
+def test_math_and_sampler_compile_whole_and_equal_eager(mods):
+    """fullgraph=True: no graph break in the targets, the priority mix, the sum tree's update and walk, the
+    sequence gather and the replay write; compiled results equal the eager ones."""
+    twin = mods[TWIN]
+    inputs = random_sequences(20, 6, 4, seed=2)
+    compiled = torch.compile(twin.nstep_double_q_targets, fullgraph=True)
+    got, want = compiled(*inputs, 0.99, 5, 1e-3), twin.nstep_double_q_targets(*inputs, 0.99, 5, 1e-3)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert torch.equal(got[1], want[1])
+    abs_td, valid = torch.rand(19, 6), torch.rand(19, 6) < 0.8
+    mix = torch.compile(twin.priority_mix, fullgraph=True)(abs_td, valid, 0.9)
+    torch.testing.assert_close(mix, twin.priority_mix(abs_td, valid, 0.9))
+    tree, reference = twin.new_sum_tree(300), twin.new_sum_tree(300)
+    values = torch.rand(300) * (torch.rand(300) < 0.7)
+    torch.compile(twin.tree_update, fullgraph=True)(tree, torch.arange(300), values)
+    twin.tree_update(reference, torch.arange(300), values)
+    assert torch.equal(tree, reference)
+    index, weights = torch.compile(twin.tree_sample, fullgraph=True)(tree, 256, 0.6)
+    assert (values[index] > 0).all() and weights.max() == 1.0
+    p = values[index].double()
+    torch.testing.assert_close(weights.double(), (p / p.min()) ** -0.6, rtol=1e-5, atol=1e-6)
+    store, _, _ = drive(twin, "CartPole-v1", 2, 2 * 40, 120, 2, 6, 2, 8, seed=1)
+    index = torch.tensor([0, 1, 11, 12])
+    batch = torch.compile(twin.sample_sequences, fullgraph=True)(store, index, 8)
+    for key, value in twin.sample_sequences(store, index, 8).items():
+        assert torch.equal(batch[key], value), key
+    write = copy.deepcopy(store)
+    step = (
+        torch.ones(2, 4),
+        torch.tensor([True, False]),
+        torch.tensor([1, 0]),
+        torch.ones(2),
+        *torch.zeros(2, 2).bool(),
+    )
+    torch.compile(twin.store_add, fullgraph=True)(write, *step)
+    twin.store_add(store, *step)
+    for key, value in store.items():
+        assert torch.equal(write[key], value), key
+
+
+def test_policy_step_compiles_whole_and_explores_as_told(mods):
+    twin = mods[TWIN]
+    torch.manual_seed(0)
+    net = twin.QNetwork((2,), 3, 16)
+    obs, prev_a, prev_r = torch.randn(64, 2), torch.randint(0, 3, (64,)), torch.randn(64)
+    first, h, c = torch.rand(64) < 0.3, torch.randn(64, 16), torch.randn(64, 16)
+    with torch.no_grad():
+        q, (want_h, want_c) = net(obs[None], prev_a[None], prev_r[None], first[None], (h, c))
+    greedy = q[0].argmax(dim=1)
+    policy = torch.compile(partial(twin.act, net), fullgraph=True)
+    epsilons = torch.zeros(64)
+    actions, got_h, got_c = policy(obs, prev_a, prev_r, first, h, c, epsilons)
+    assert torch.equal(actions, greedy)
+    torch.testing.assert_close(got_h, want_h, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_c, want_c, rtol=1e-5, atol=1e-6)
+    with torch._dynamo.config.patch(error_on_recompile=True):  # a new epsilon is data, not a new graph
+        epsilons.fill_(1.0)
+        draws = torch.cat([policy(obs, prev_a, prev_r, first, h, c, epsilons)[0] for _ in range(20)])
+        assert set(draws.tolist()) == {0, 1, 2} and (draws != greedy.repeat(20)).float().mean() > 0.55
+        epsilons.copy_(twin.actor_epsilons(64, 0.4, 7.0))
+        draws = torch.stack([policy(obs, prev_a, prev_r, first, h, c, epsilons)[0] for _ in range(200)])
+        differs = (draws != greedy).float().mean(dim=0)  # about 2/3 of epsilon_i: a random action can be the greedy one
+        torch.testing.assert_close(differs[0], torch.tensor(0.4 * 2 / 3), atol=0.1, rtol=0)
+        assert differs[-8:].sum() == 0 or differs[-8:].mean() < 0.01
+
+
+def one_sequence_store(module, seed, num_envs=2, length=6, period=2, hidden=16):
+    """A CartPole-shaped store with random data whose only sampleable slot is 3: every draw returns it (the compiled
+    sampler's random numbers differ from eager ones, this batch does not)."""
+    g = torch.Generator().manual_seed(seed)
+    store = module.new_store(num_envs, num_envs * 12, period, hidden, (2,), torch.float32)
+    for _ in range(12):
+        first = torch.rand(num_envs, generator=g) < 0.2
+        step = (torch.randint(0, 2, (num_envs,), generator=g), torch.randn(num_envs, generator=g))
+        ends = (torch.rand(num_envs, generator=g) < 0.1, torch.rand(num_envs, generator=g) < 0.1)
+        module.store_add(store, torch.randn(num_envs, 2, generator=g), first, *step, *ends)
+    slots = store["starts"].shape[0]
+    module.store_state(
+        store, torch.arange(slots), 2, torch.randn(slots, hidden, generator=g), torch.randn(slots, hidden, generator=g)
+    )
+    module.tree_update(store["tree"], torch.tensor([3]), torch.tensor([1.0]))
+    return store
+
+
+def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
+    """The twin's update (tree walk, sequence gather, burn-in, targets, loss, fused Adam, priority write-back, masked
+    target copy) compiled, against the eager sample/learn/update_priorities and target copy; no recompile when the
+    data or the copy flag changes."""
+    eager, twin = mods[EAGER], mods[TWIN]
+    args = eager.Args(burn_in=2, seq_len=4, overlap=2, batch_size=8, hidden_size=16, n_step=3, gamma=0.99)
+    torch.manual_seed(0)
+    q_network, target_network = eager.QNetwork((2,), 2, 16), eager.QNetwork((2,), 2, 16)
+    twin_q, twin_target = copy.deepcopy(q_network), copy.deepcopy(target_network)
+    eager_optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-2, eps=1e-3)
+    twin_optimizer = torch.optim.Adam(twin_q.parameters(), lr=1e-2, eps=1e-3, fused=True)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(twin.update)
+    for call, copy_target in enumerate([False, True, False]):
+        store, twin_store = one_sequence_store(eager, seed=call), one_sequence_store(twin, seed=call)
+        index = torch.full((8,), 3)
+        batch = eager.sample_sequences(store, index, 6)
+        assert batch["obs"].shape == (6, 8, 2) and batch["h"].shape == (8, 16)
+        want, priorities = eager.learn(q_network, target_network, eager_optimizer, batch, torch.ones(8), args)
+        eager.update_priorities(store, index, priorities, args.priority_exponent)
+        if copy_target:
+            target_network.load_state_dict(q_network.state_dict())
+        with torch._dynamo.config.patch(error_on_recompile=call > 0):
+            got = compiled(twin_q, twin_target, twin_optimizer, twin_store, args, torch.tensor(copy_target))
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(twin_store["tree"], store["tree"], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(twin_store["max_priority"], store["max_priority"], rtol=1e-4, atol=1e-6)
+        for name, module, twin_module in (("q", q_network, twin_q), ("target", target_network, twin_target)):
+            for (key, value), twin_value in zip(module.state_dict().items(), twin_module.state_dict().values()):
+                torch.testing.assert_close(twin_value, value, rtol=1e-4, atol=1e-5, msg=f"{name} {key} {call}")
+    assert not torch.equal(q_network.lstm.weight_hh, target_network.lstm.weight_hh)
+    # the only graph breaks are those torch.compile places around zero_grad(), backward() and the optimizer step
+    breaks = dict(torch._dynamo.utils.counters["graph_break"])
+    assert sum(breaks.values()) == GRAPH_BREAKS, breaks
+    for reason in breaks:
+        assert any(own in reason for own in PYTORCH_OWN_BREAKS), reason
+
+
+# torch 2.13: zero_grad (2: traced once, then again after the restart), backward (1), Optimizer.step's own
+# graph_break() (2) and the fused Adam kernel, which torch.compile leaves to eager (2)
+GRAPH_BREAKS = 7
+PYTORCH_OWN_BREAKS = ("Optimizer.zero_grad", "Tensor.backward()", "torch._dynamo.graph_break()", "fused optimizer")
+
+
 # ---------------------------------------------------------------- scripts end to end
 
 
@@ -392,28 +556,41 @@ def last_mean(line, tmp_path, k=20):
     return float(np.mean(returns[-k:])), len(returns)
 
 
-@pytest.mark.parametrize("name,flags", [(EAGER, ())])
+@pytest.mark.parametrize("name,flags", [(EAGER, ()), (TWIN, ())])
 def test_smoke_tiny_budget_on_breakout(name, flags, tmp_path):
-    proc, lines = run_script(name, *TINY_ATARI, "400", *flags, "--save-model", tmp_path=tmp_path)
+    proc, lines = run_script(name, *TINY_ATARI, "200", *flags, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = lines
     assert_finite_results_line(line, name)
     assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
-    assert line["steps"] == 400 and line["mode"] == "train" and line["buffer_device"] == "cpu"
+    assert line["steps"] == 200 and line["mode"] == "train" and line["buffer_device"] == "cpu"
     assert line["compile"] is ("--compile" in flags) and line["cudagraphs"] is False
-    assert line["updates"] == (400 - 40) // 4 and line["env_id"] == "Breakout-v5"
+    assert line["updates"] == (200 - 40) // 4 and line["env_id"] == "Breakout-v5"
     assert line["buffer_bytes"] == 400 * (84 * 84 + 15) + 100 * (8 + 2 * 32 * 4) + 2 * 128 * 4 + 12
     curve = read_curve(line, tmp_path).splitlines()
     assert curve[0] == "step,wall_s,return" and len(curve) == line["episodes"] + 1
-    if name == EAGER:  # the checkpoint plays full games
-        checkpoint = tmp_path / line["run_name"] / f"{name}.pt"
-        proc, lines = run_script(name, "--eval-checkpoint", str(checkpoint), "--eval-episodes", "1", tmp_path=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        evaluation = lines[-1]
-        assert evaluation["mode"] == "eval" and evaluation["status"] == "ok"
-        assert evaluation["episodes"] == 1 and math.isfinite(evaluation["mean_return"])
-        assert evaluation["steps"] > 0 and evaluation["env_id"] == "Breakout-v5"
-        assert_summary_matches(proc.stdout, evaluation, tmp_path / "results.jsonl")
+
+
+@pytest.mark.parametrize("name,flags", [(EAGER, ()), (TWIN, ("--compile",))])
+def test_smoke_tiny_budget_on_cartpole(name, flags, tmp_path):
+    """Both files end to end on the vector path; the twin with --compile (policy step and update compiled)."""
+    proc, lines = run_script(name, *TINY_CARTPOLE, *flags, "--save-model", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = lines
+    assert_finite_results_line(line, name)
+    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    assert line["steps"] == 600 and line["updates"] == (600 - 200) // 8 and line["env_id"] == "CartPole-v1"
+    assert line["compile"] is ("--compile" in flags) and line["episodes"] >= 10
+    assert len(read_curve(line, tmp_path).splitlines()) == line["episodes"] + 1
+    # the checkpoint plays full episodes
+    checkpoint = tmp_path / line["run_name"] / f"{name}.pt"
+    proc, lines = run_script(name, "--eval-checkpoint", str(checkpoint), "--eval-episodes", "3", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evaluation = lines[-1]
+    assert evaluation["mode"] == "eval" and evaluation["status"] == "ok"
+    assert evaluation["episodes"] == 3 and 8 <= evaluation["mean_return"] <= 500
+    assert evaluation["steps"] > 0 and evaluation["env_id"] == "CartPole-v1"
+    assert_summary_matches(proc.stdout, evaluation, tmp_path / "results.jsonl")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -421,10 +598,10 @@ def test_runs_are_deterministic(name, tmp_path):
     runs = []
     for i in range(2):
         (tmp_path / str(i)).mkdir()
-        proc, lines = run_script(name, *CARTPOLE, "--total-timesteps", "3000", tmp_path=tmp_path / str(i))
+        proc, lines = run_script(name, *TINY_CARTPOLE, tmp_path=tmp_path / str(i))
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs.append(lines[0])
-    assert runs[0]["updates"] == (3000 - 2000) // 16 + 1
+    assert runs[0]["updates"] == 50 and runs[0]["episodes"] >= 10
     for key in ("losses", "mean_return", "episodes", "steps"):
         assert runs[0][key] == runs[1][key], key
     curves = [read_curve(line, tmp_path / str(i)) for i, line in enumerate(runs)]
@@ -436,7 +613,7 @@ def test_runs_are_deterministic(name, tmp_path):
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_non_finite_loss_stops_the_run_as_diverged(name, tmp_path):
     # a huge step size: the weights blow up after the first steps, the Q-values and the loss overflow
-    proc, lines = run_script(name, *CARTPOLE, "--total-timesteps", "4000", "--learning-rate", "1e30", tmp_path=tmp_path)
+    proc, lines = run_script(name, *TINY_CARTPOLE, "--learning-rate", "1e30", tmp_path=tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     [line] = lines  # parsed strictly: no NaN in the file
@@ -509,10 +686,10 @@ def test_scripts_import_without_side_effects():
 # ---------------------------------------------------------------- learning
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", [EAGER])
 def test_learns_velocity_masked_cartpole_short(name, tmp_path):
     """CI check: the small-task settings (CARTPOLE above) on CartPole-v1 without its velocities."""
-    proc, lines = run_script(name, *CARTPOLE, "--total-timesteps", "40000", tmp_path=tmp_path)
+    proc, lines = run_script(name, *CARTPOLE, "--total-timesteps", "30000", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     mean, episodes = last_mean(lines[0], tmp_path)
     assert episodes >= 20 and mean >= 150, (mean, episodes)

@@ -1,0 +1,955 @@
+"""R2D2 on Atari (envpool), the fast twin of r2d2_atari_envpool.py: same algorithm, with the speed tricks.
+
+A conv (or MLP) torso, an LSTM that also sees the previous action and reward, a dueling head; sequences of 80 steps
+(overlapping by 40) replayed after a burn-in of 40 steps from the recurrent state stored with them; n-step double
+Q-learning on value-rescaled targets; prioritized replay of whole sequences from a sum tree kept in tensors.
+The replay memory stores every frame once per env stream; a sequence is a start position in that stream.
+
+Run: python leanrl/r2d2_atari_envpool_torchcompile.py --env-id Breakout-v5 --compile --cudagraphs
+Memory task (only the LSTM can solve it): python leanrl/r2d2_atari_envpool_torchcompile.py --env-id CartPole-v1 \
+    --mask-velocity --compile
+"""
+
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+import warnings
+from collections import deque
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+import envpool
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tqdm
+import tyro
+from tensordict.nn import CudaGraphModule
+
+SCRIPT = Path(__file__).name
+STACK = 4  # frames per Atari observation
+CARTPOLE_POSITIONS = [0, 2]  # cart position and pole angle; --mask-velocity hides the two velocities
+
+
+@dataclass
+class Args:
+    exp_name: str = Path(__file__).stem
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model (and what evaluation needs) into the run folder at the end"""
+    results_file: str = "runs/results.jsonl"
+    """where the run appends its one JSON results line"""
+    measure_burnin: int = 3
+    """iterations left out of the steps/s figure"""
+    eval_checkpoint: str | None = None
+    """evaluate this checkpoint instead of training"""
+    eval_episodes: int = 10
+    """the number of full episodes to play with --eval-checkpoint"""
+    eval_epsilon: float = 0.001
+    """the exploration rate of the evaluation episodes"""
+    compile: bool = False
+    """whether to use torch.compile on the policy step and the update"""
+    cudagraphs: bool = False
+    """whether to capture the policy step, the replay write and the update as CUDA graphs (CudaGraphModule)"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the environment: an envpool Atari game, or a classic-control task such as CartPole-v1"""
+    mask_velocity: bool = False
+    """CartPole-v1 only: hide the two velocities (a memory task: only the LSTM can infer them)"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiments (all envs together)"""
+    learning_rate: float = 1e-4
+    """the learning rate of the optimizer (Adam)"""
+    adam_eps: float = 1e-3
+    """Adam's epsilon"""
+    num_envs: int = 32
+    """the number of parallel game environments (actors)"""
+    buffer_size: int = 1000000
+    """the replay memory size in frames (all env streams together)"""
+    buffer_device: str | None = None
+    """where the replay memory lives: cpu or cuda (default: the training device where it fits)"""
+    hidden_size: int = 512
+    """the width of the torso's last layer, of the LSTM and of the dueling head's layers"""
+    burn_in: int = 40
+    """steps replayed before each sequence only to rebuild the recurrent state"""
+    seq_len: int = 80
+    """steps per learned sequence (the last one only bootstraps)"""
+    overlap: int = 40
+    """steps shared by consecutive sequences of an env stream"""
+    n_step: int = 5
+    """the number of rewards summed before bootstrapping"""
+    gamma: float = 0.997
+    """the discount factor gamma"""
+    value_rescale_eps: float = 1e-3
+    """eps of the value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + eps x"""
+    batch_size: int = 64
+    """sequences per gradient step"""
+    max_grad_norm: float = 40.0
+    """the gradient clipping norm"""
+    target_network_frequency: int = 2500
+    """gradient steps between copies of the online network into the target network"""
+    priority_eta: float = 0.9
+    """a sequence's priority: eta * max|td| + (1 - eta) * mean|td|"""
+    priority_exponent: float = 0.9
+    """alpha: sampling probability proportional to priority^alpha"""
+    importance_sampling_exponent: float = 0.6
+    """beta: importance weights (N P(i))^-beta, normalised by the batch's largest"""
+    epsilon_base: float = 0.4
+    """env i of N explores with epsilon_base^(1 + epsilon_alpha i / (N - 1)) (Ape-X)"""
+    epsilon_alpha: float = 7.0
+    """see --epsilon-base"""
+    learning_starts: int = 80000
+    """timestep to start learning (all envs together)"""
+    train_frequency: int = 640
+    """env steps (all envs together) per gradient step: 4 samples per inserted 40-step sequence, as in Acme"""
+
+
+def fail(msg):
+    """Bad input: one line on stderr, exit code 2, no traceback and no results line."""
+    print(f"{SCRIPT}: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ---------------------------------------------------------------- envs
+
+
+def is_atari(obs_space):
+    return obs_space.shape == (STACK, 84, 84) and obs_space.dtype == np.uint8
+
+
+def spaces(env_id):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # gymnasium's notes on the float64 bounds of some spaces
+        spec = envpool.make_spec(env_id)
+        return spec.observation_space, spec.action_space
+
+
+def check_env_id(env_id):
+    """Accept an envpool task with discrete actions and either stacked 84x84 frames (Atari) or a flat vector."""
+    if env_id not in envpool.list_all_envs():
+        fail(f"--env-id {env_id!r} is not an envpool task (Atari games look like 'Breakout-v5', or 'CartPole-v1')")
+    try:
+        obs_space, act_space = spaces(env_id)
+        ok = isinstance(act_space, gym.spaces.Discrete) and (is_atari(obs_space) or len(obs_space.shape) == 1)
+    except Exception:
+        ok = False
+    if not ok:
+        fail(f"--env-id {env_id!r} has no discrete actions with Atari frames or a flat observation vector")
+
+
+def make_env(env_id, num_envs, seed):
+    """envpool: Atari as R2D2 plays it (full action set, 30 no-ops, no sticky actions, no life loss, raw rewards)."""
+    if is_atari(spaces(env_id)[0]):
+        return envpool.make(
+            env_id,
+            env_type="gym",
+            num_envs=num_envs,
+            seed=seed,
+            episodic_life=False,
+            reward_clip=False,
+            noop_max=30,
+            full_action_space=True,
+            repeat_action_probability=0.0,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return envpool.make(env_id, env_type="gym", num_envs=num_envs, seed=seed)
+
+
+def observe(obs, mask_velocity):
+    """What the agent sees: the Atari stack as is; the CartPole vector without its velocities if asked."""
+    return obs[:, CARTPOLE_POSITIONS] if mask_velocity else obs
+
+
+def actor_epsilons(num_envs, base, alpha):
+    """Ape-X's fixed per-actor exploration: env i explores with base^(1 + alpha i / (N - 1))."""
+    i = torch.arange(num_envs, dtype=torch.float64)
+    return (base ** (1 + alpha * i / max(num_envs - 1, 1))).float()
+
+
+# ---------------------------------------------------------------- plumbing (a reader can skip this part)
+
+
+def machine():
+    """The hardware fields of the results line."""
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__}
+
+
+def append_line(path, text):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(text + "\n")
+
+
+def finite_or_none(value):
+    """Strict JSON: a non-finite number becomes null (nested dicts and lists too)."""
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_none(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def summary(status, steps, sps, mean_return, episodes, results_file, run_dir):
+    """The one line a run prints when it ends."""
+    sps_text = f"{sps:.0f}" if sps else "n/a"
+    ret_text = f"{mean_return:.1f}" if mean_return is not None else "n/a"
+    return (
+        f"{SCRIPT}: {status}: {steps} steps, {sps_text} steps/s, mean return {ret_text} over {episodes} episodes; "
+        f"results: {results_file}, run folder: {run_dir}"
+    )
+
+
+def available_memory(device):
+    """Free bytes on the device: the GPU's free memory, or the host's MemAvailable."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
+    except (OSError, StopIteration):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def frame_shape_of(env_id, mask_velocity):
+    """The shape and dtype of one stored frame: the newest 84x84 Atari frame, or the whole observation vector."""
+    space = spaces(env_id)[0]
+    if is_atari(space):
+        return (84, 84), torch.uint8
+    return (len(CARTPOLE_POSITIONS) if mask_velocity else space.shape[0],), torch.float32
+
+
+def buffer_device(args, device):
+    """--buffer-device, or by default the training device where the replay memory fits (2 GiB left over)."""
+    frame_shape, dtype = frame_shape_of(args.env_id, args.mask_velocity)
+    period = args.seq_len - args.overlap
+    need = store_bytes(args.num_envs, args.buffer_size, period, args.hidden_size, frame_shape, dtype)
+    if args.buffer_device is None:
+        if device.type == "cuda" and need + 2 * 2**30 < available_memory(device):
+            return device
+        chosen = torch.device("cpu")
+    else:
+        chosen = torch.device(args.buffer_device)
+    if getattr(args, "cudagraphs", False) and chosen.type != "cuda":
+        fail(f"--cudagraphs needs the replay memory on the GPU: --buffer-size {args.buffer_size} does not fit there")
+    if need > available_memory(chosen):
+        fail(
+            f"--buffer-size {args.buffer_size} needs {need / 2**30:.1f} GiB of replay memory, "
+            f"more than the {available_memory(chosen) / 2**30:.1f} GiB free on {chosen.type}"
+        )
+    return chosen
+
+
+def check_args(args):
+    """Every bad input is refused here, before any training."""
+    if args.buffer_device not in (None, "cpu", "cuda"):
+        fail(f"--buffer-device must be cpu or cuda, got {args.buffer_device!r}")
+    if args.buffer_device == "cuda" and not (torch.cuda.is_available() and args.cuda):
+        fail("--buffer-device cuda needs CUDA, and none is available")
+    # trick: CUDA graphs need CUDA; refuse rather than fall back, which would put false numbers in the speed tables
+    if args.cudagraphs and not (torch.cuda.is_available() and args.cuda):
+        fail("--cudagraphs needs CUDA, and none is available")
+    if args.cudagraphs and args.buffer_device == "cpu":
+        fail("--cudagraphs samples inside the graph: it needs the replay memory on the GPU, not --buffer-device cpu")
+    if args.eval_checkpoint is not None:
+        if not Path(args.eval_checkpoint).is_file():
+            fail(f"--eval-checkpoint {args.eval_checkpoint!r}: no such file")
+        if args.eval_episodes <= 0:
+            fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
+        return
+    positive = ("num_envs", "total_timesteps", "buffer_size", "batch_size", "hidden_size", "seq_len", "n_step")
+    for flag in positive + ("train_frequency", "target_network_frequency"):
+        if getattr(args, flag) <= 0:
+            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    for flag in ("burn_in", "overlap", "learning_starts", "measure_burnin"):
+        if getattr(args, flag) < 0:
+            fail(f"--{flag.replace('_', '-')} must not be negative, got {getattr(args, flag)}")
+    if args.overlap >= args.seq_len:
+        fail(f"--overlap {args.overlap} must be smaller than --seq-len {args.seq_len}")
+    if args.seq_len < 2:
+        fail(f"--seq-len must be at least 2 (the last step only bootstraps), got {args.seq_len}")
+    if not 0.0 < args.gamma <= 1.0:
+        fail(f"--gamma must be in (0, 1], got {args.gamma}")
+    check_env_id(args.env_id)
+    if args.mask_velocity and args.env_id != "CartPole-v1":
+        fail(f"--mask-velocity hides CartPole-v1's velocities; --env-id is {args.env_id!r}")
+    if args.total_timesteps < args.num_envs:
+        fail(f"--total-timesteps {args.total_timesteps} is smaller than one iteration (--num-envs {args.num_envs})")
+    length, period = args.burn_in + args.seq_len, args.seq_len - args.overlap
+    per_env = args.buffer_size // args.num_envs // period * period
+    if per_env < length + STACK:
+        fail(
+            f"--buffer-size {args.buffer_size} holds {per_env} frames per env, fewer than one sequence needs "
+            f"(--burn-in + --seq-len + {STACK} = {length + STACK}, times --num-envs {args.num_envs})"
+        )
+    if args.batch_size > args.num_envs * (per_env // period):
+        fail(
+            f"--batch-size {args.batch_size} is larger than the buffer's {args.num_envs * (per_env // period)} "
+            f"sequences (--buffer-size {args.buffer_size})"
+        )
+    if args.learning_starts < length * args.num_envs:
+        fail(
+            f"--learning-starts {args.learning_starts} comes before the first whole sequence: it must be at least "
+            f"(--burn-in + --seq-len) * --num-envs = {length * args.num_envs}"
+        )
+    steps = args.total_timesteps // args.num_envs * args.num_envs
+    if first_update_step(args.learning_starts, args.train_frequency) >= steps:
+        fail(
+            f"--learning-starts {args.learning_starts} leaves no gradient step in the {steps} steps (--total-timesteps)"
+        )
+
+
+def first_update_step(learning_starts, train_frequency):
+    """Gradient steps fall on the env steps s >= learning_starts with s % train_frequency == 0; this is the first."""
+    return -(-learning_starts // train_frequency) * train_frequency
+
+
+# ---------------------------------------------------------------- the network
+
+
+class QNetwork(nn.Module):
+    """Torso (Nature CNN on frames, MLP on vectors) -> LSTM fed also the previous action and reward -> dueling head."""
+
+    def __init__(self, obs_shape, n_actions, hidden_size=512):
+        super().__init__()
+        self.register_buffer("actions", torch.arange(n_actions), persistent=False)
+        self.image = len(obs_shape) == 3
+        if self.image:
+            self.torso = nn.Sequential(
+                nn.Conv2d(obs_shape[0], 32, 8, stride=4),
+                nn.ReLU(),
+                nn.Conv2d(32, 64, 4, stride=2),
+                nn.ReLU(),
+                nn.Conv2d(64, 64, 3, stride=1),
+                nn.ReLU(),
+                nn.Flatten(),
+                nn.Linear(3136, hidden_size),
+                nn.ReLU(),
+            )
+        else:
+            self.torso = nn.Sequential(
+                nn.Linear(obs_shape[0], hidden_size), nn.ReLU(), nn.Linear(hidden_size, hidden_size), nn.ReLU()
+            )
+        self.lstm = nn.LSTMCell(hidden_size + n_actions + 1, hidden_size)
+        self.value = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, 1))
+        self.advantage = nn.Sequential(
+            nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, n_actions)
+        )
+
+    def forward(self, obs, prev_actions, prev_rewards, first, state):
+        """Q-values (T, B, A) of T steps of B streams from the recurrent state (h, c) before the first step.
+
+        Where first[t] is set (an episode begins) the state, previous action and previous reward are zeroed.
+        """
+        T, B = first.shape
+        x = obs.flatten(0, 1).float()
+        if self.image:
+            x = x / 255.0
+        keep = (~first).float()[..., None]
+        inputs = torch.cat(
+            [
+                self.torso(x).view(T, B, -1),
+                (prev_actions[..., None] == self.actions).float() * keep,  # one-hot
+                prev_rewards[..., None] * keep,
+            ],
+            dim=-1,
+        )
+        h, c = state
+        outputs = []
+        for t in range(T):
+            h, c = self.lstm(inputs[t], (h * keep[t], c * keep[t]))
+            outputs.append(h)
+        out = torch.stack(outputs)
+        advantage = self.advantage(out)
+        q_values = self.value(out) + advantage - advantage.mean(dim=-1, keepdim=True)
+        return q_values, (h, c)
+
+
+# ---------------------------------------------------------------- the math
+
+
+def value_rescale(x, eps=1e-3):
+    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x: squashes large returns so that one network fits every game.
+
+    Written as x / (sqrt(|x| + 1) + 1) + eps x (the same, times the conjugate): no cancellation near 0 in float32.
+    """
+    return x / (torch.sqrt(x.abs() + 1) + 1) + eps * x
+
+
+def inverse_value_rescale(y, eps=1e-3):
+    """The exact inverse of h, written without cancellation (float32 round trips stay within 1e-5 relative).
+
+    With s = sqrt(|x| + 1), |y| = s - 1 + eps (s^2 - 1); solving for s - 1 and multiplying by the conjugate gives
+    s - 1 = 4 |y| (|y| + 1 + eps) / ((1 + sqrt(D)) (1 + 2 eps + 2 |y| + sqrt(D))), D = 1 + 4 eps (1 + eps + |y|),
+    and |x| = (s - 1)(s + 1).
+    """
+    a = y.abs()
+    root = torch.sqrt(1 + 4 * eps * (1 + eps + a))
+    s_minus_1 = 4 * a * (a + 1 + eps) / ((1 + root) * (1 + 2 * eps + 2 * a + root))
+    return torch.sign(y) * s_minus_1 * (s_minus_1 + 2)
+
+
+def nstep_double_q_targets(q_online, q_target, rewards, terminated, truncated, first, gamma, n_step, eps):
+    """R2D2's n-step double-Q targets with value rescaling over a sequence, time-major.
+
+    q_online, q_target: (T, B, A) Q-values of the T learned steps; rewards, terminated, truncated: (T, B) of the step
+    taken at each of them; first: (T, B), the step's observation began an episode. For t < T - 1:
+
+        y_t = h( sum_{i<k} gamma^i r_{t+i} + gamma^k h^-1( Q_target(s_{t+k}, argmax_a Q_online(s_{t+k}, a)) ) )
+
+    summing k = min(n, steps to the episode's end, T - 1 - t) rewards, with no bootstrap where the episode
+    terminated (a truncated one bootstraps from its final observation). Returns the targets (T - 1, B) and where
+    they are valid (T - 1, B): not at an episode's final observation, whose step only resets the env.
+    """
+    T, B = rewards.shape
+    best = q_online.argmax(dim=-1, keepdim=True)
+    values = inverse_value_rescale(q_target.gather(-1, best).squeeze(-1), eps)  # (T, B)
+    pad = lambda x, fill: torch.cat([x, torch.full((n_step,) + x.shape[1:], fill, dtype=x.dtype, device=x.device)])
+    rewards, values = pad(rewards[: T - 1], 0.0), pad(values[1:], 0.0)  # row t + i: the step t + i, the obs t + i + 1
+    terminated, done = pad(terminated[: T - 1], True), pad((terminated | truncated)[: T - 1], True)
+    returns = torch.zeros(T - 1, B, dtype=rewards.dtype, device=rewards.device)
+    discount = torch.ones_like(returns)
+    running = torch.ones(T - 1, B, dtype=torch.bool, device=rewards.device)
+    last = torch.arange(T - 1, device=rewards.device)[:, None] + torch.arange(n_step, device=rewards.device) >= T - 2
+    for i in range(n_step):
+        returns = returns + torch.where(running, discount * rewards[i : i + T - 1], 0.0)
+        discount = discount * gamma
+        stop = running & (done[i : i + T - 1] | last[:, i : i + 1] | (i == n_step - 1))
+        bootstrap = stop & ~terminated[i : i + T - 1]
+        returns = returns + torch.where(bootstrap, discount * values[i : i + T - 1], 0.0)
+        running = running & ~stop
+    return value_rescale(returns, eps), ~first[1:]
+
+
+def priority_mix(abs_td, valid, eta):
+    """Per sequence (columns of (T, B)): eta * max|td| + (1 - eta) * mean|td| over its valid steps."""
+    abs_td = torch.where(valid, abs_td, 0.0)
+    mean = abs_td.sum(dim=0) / valid.sum(dim=0).clamp(min=1)
+    return eta * abs_td.max(dim=0).values + (1 - eta) * mean
+
+
+# ---------------------------------------------------------------- prioritized replay: a sum tree in one tensor
+# tree[1] is the root, node i has the children 2i and 2i + 1, the leaves (priority^alpha per sequence slot) sit at
+# [C, 2C), C a power of two. Every operation is a fixed number of tensor ops: no host sync, no data-dependent shape.
+# Measured against stratified sampling over a cumulative sum (float32, batch 64, one CPU thread): sum tree
+# 1e4 slots SAMPLE_TREE_1E4, 1e5 SAMPLE_TREE_1E5, 1e6 SAMPLE_TREE_1E6; cumulative sum 1e4 CUMSUM_1E4, 1e5 CUMSUM_1E5,
+# 1e6 CUMSUM_1E6 (the sum over all slots each draw grows with the capacity, the tree's walk with its log).
+
+
+def new_sum_tree(capacity, device="cpu"):
+    leaves = 1 << max(capacity - 1, 1).bit_length()
+    return torch.zeros(2 * leaves, dtype=torch.float32, device=device)
+
+
+def tree_update(tree, index, value):
+    """Set the leaves of the slots `index` (B,) to `value` (B,), then recompute their ancestors level by level.
+
+    A repeated index is safe: every write to a parent stores the sum of its two children as they are now.
+    """
+    leaves = tree.shape[0] // 2
+    node = index + leaves
+    tree.index_put_((node,), value)
+    for _ in range(leaves.bit_length() - 1):
+        node = node // 2
+        tree.index_put_((node,), tree[2 * node] + tree[2 * node + 1])
+
+
+def tree_sample(tree, batch_size, beta):
+    """Stratified prioritized draws: slot i with probability leaf_i / sum, its importance weight (N P(i))^-beta
+    normalised by the batch's largest (N cancels). A zero leaf (an empty slot) is never drawn while the sum is > 0."""
+    leaves = tree.shape[0] // 2
+    u = (torch.arange(batch_size, device=tree.device) + torch.rand(batch_size, device=tree.device)) / batch_size
+    u = u * tree[1]
+    node = torch.ones(batch_size, dtype=torch.long, device=tree.device)
+    for _ in range(leaves.bit_length() - 1):
+        left, right = tree[2 * node], tree[2 * node + 1]
+        go_right = (u >= left) & (right > 0)  # never into an empty subtree, also when rounding puts u past the sum
+        u = torch.where(go_right, u - left, u)
+        node = 2 * node + go_right.long()
+    p = tree[node]
+    weights = (p / p.min()) ** -beta
+    return node - leaves, weights
+
+
+# ---------------------------------------------------------------- the sequence store
+# Per env a ring of R frames (R a multiple of the period P = seq_len - overlap). The env's a-th observation (a = 0 is
+# the first reset) has its newest frame in slot a % R and first[a % R] says it began an episode; the step taken there
+# keeps its action, reward, terminated and truncated flags in slot a % R. A sequence is the L = burn_in + seq_len
+# observations from a start position p, a multiple of P: it occupies sequence slot env * S + (p // P) % S (S = R / P),
+# which keeps p and the LSTM state the actor had before observation p. It can be sampled (its leaf is non-zero) from
+# when its last frame is written until the write that overwrites frame p - 3 (the oldest its stacks read).
+
+
+def new_store(num_envs, capacity, period, hidden_size, frame_shape=(84, 84), dtype=torch.uint8, device="cpu"):
+    """Preallocate the replay memory of `capacity` frames (capacity // num_envs per env, rounded to the period)."""
+    slots = capacity // num_envs // period * period
+    shape = (num_envs, slots)
+    sequences = num_envs * slots // period
+    return dict(
+        frames=torch.zeros(shape + tuple(frame_shape), dtype=dtype, device=device),
+        first=torch.zeros(shape, dtype=torch.bool, device=device),
+        actions=torch.zeros(shape, dtype=torch.long, device=device),
+        rewards=torch.zeros(shape, dtype=torch.float32, device=device),
+        terminated=torch.zeros(shape, dtype=torch.bool, device=device),
+        truncated=torch.zeros(shape, dtype=torch.bool, device=device),
+        starts=torch.zeros(sequences, dtype=torch.long, device=device),
+        h=torch.zeros(sequences, hidden_size, device=device),
+        c=torch.zeros(sequences, hidden_size, device=device),
+        tree=new_sum_tree(sequences, device),
+        max_priority=torch.ones((), device=device),
+        count=torch.zeros((), dtype=torch.long, device=device),  # trick: the write index lives on the device
+    )
+
+
+def store_bytes(num_envs, capacity, period, hidden_size, frame_shape=(84, 84), dtype=torch.uint8):
+    """What new_store allocates, in bytes."""
+    slots = capacity // num_envs // period * period
+    sequences = num_envs * slots // period
+    per_frame = math.prod(frame_shape) * dtype.itemsize + 1 + 8 + 4 + 1 + 1
+    tree = 2 * (1 << max(sequences - 1, 1).bit_length()) * 4
+    return num_envs * slots * per_frame + sequences * (8 + 8 * hidden_size) + tree + 4 + 8
+
+
+def store_add(store, frames, first, actions, rewards, terminated, truncated):
+    """Append one step of every env: the newest frame of each next obs, whether it began an episode (num_envs,),
+    and the action, reward, terminated and truncated flags of the step that led there (num_envs,) each.
+
+    The very first call stores the reset frames (first all True); its step data land in a slot written again
+    before any sequence reads it.
+    """
+    slots = store["frames"].shape[1]
+    # trick: index_copy_ at a device index, no host sync (and no Python int: one graph for every step)
+    previous, slot = ((store["count"] - 1) % slots).view(1), (store["count"] % slots).view(1)
+    store["actions"].index_copy_(1, previous, actions[:, None])
+    store["rewards"].index_copy_(1, previous, rewards[:, None])
+    store["terminated"].index_copy_(1, previous, terminated[:, None])
+    store["truncated"].index_copy_(1, previous, truncated[:, None])
+    store["frames"].index_copy_(1, slot, frames[:, None])
+    store["first"].index_copy_(1, slot, first[:, None])
+    store["count"] += 1
+
+
+def sequence_slots(store, start):
+    """The sequence slots (num_envs,) of the sequences that begin at stream position `start` (a multiple of P)."""
+    num_envs, slots = store["first"].shape
+    per_env = store["starts"].shape[0] // num_envs
+    period = slots // per_env
+    return torch.arange(num_envs, device=store["starts"].device) * per_env + (start // period) % per_env
+
+
+def store_state(store, index, start, h, c):
+    """Keep the actor's LSTM state (before observation `start`) with the sequences of the slots `index`."""
+    store["starts"][index] = start
+    store["h"][index] = h.to(store["h"].device)
+    store["c"][index] = c.to(store["c"].device)
+
+
+def stack_frames(store, env, pos, stack):
+    """The observations at stream positions pos of the envs env (same shape): stacks of `stack` frames, newest last.
+
+    Going back from pos, a frame that began an episode is repeated in place of the older ones, as envpool does.
+    """
+    slots = store["frames"].shape[1]
+    if stack == 1:
+        return store["frames"][env, pos % slots]
+    index = [pos]
+    for _ in range(stack - 1):
+        newer = index[0]
+        index.insert(0, torch.where(store["first"][env, newer % slots], newer, newer - 1))
+    return store["frames"][env[..., None], torch.stack(index, dim=-1) % slots]
+
+
+def sample_sequences(store, index, length):
+    """The sequences of the slots `index` (B,), time-major (length, B, ...), with their stored LSTM states (B, H)."""
+    num_envs, slots = store["first"].shape
+    env = (index // (store["starts"].shape[0] // num_envs))[:, None]
+    pos = store["starts"][index][:, None] + torch.arange(length, device=index.device)
+    stack = STACK if store["frames"].dim() == 4 else 1
+    at, before = pos % slots, (pos - 1) % slots
+    batch = dict(
+        obs=stack_frames(store, env, pos, stack),
+        prev_actions=store["actions"][env, before],
+        prev_rewards=store["rewards"][env, before],
+        first=store["first"][env, at],
+        actions=store["actions"][env, at],
+        rewards=store["rewards"][env, at],
+        terminated=store["terminated"][env, at],
+        truncated=store["truncated"][env, at],
+    )
+    batch = {key: value.transpose(0, 1) for key, value in batch.items()}
+    return batch | dict(h=store["h"][index], c=store["c"][index])
+
+
+def add_sequences(store, count, length, period, alpha):
+    """After a write brought the frames per env to `count`: the sequences it completed enter at the running max
+    priority, those whose oldest frame it overwrote leave (their leaves go to zero). Host ints decide: no sync."""
+    slots = store["frames"].shape[1]
+    start = count - length
+    if start >= 0 and start % period == 0:
+        index = sequence_slots(store, start)
+        tree_update(store["tree"], index, (store["max_priority"] ** alpha).expand(index.shape))
+    gone = count - 1 + STACK - 1 - slots  # the sequence whose stacks read the frame just overwritten
+    if gone >= 0 and gone % period == 0:
+        index = sequence_slots(store, gone)
+        tree_update(store["tree"], index, torch.zeros(index.shape, device=index.device))
+
+
+def update_priorities(store, index, priorities, alpha):
+    """New priorities (B,) of the sampled slots: the leaves get priority^alpha, the running max follows."""
+    tree_update(store["tree"], index, priorities.to(store["tree"].device) ** alpha)
+    store["max_priority"].copy_(torch.maximum(store["max_priority"], priorities.max().to(store["tree"].device)))
+
+
+# ---------------------------------------------------------------- learning
+
+
+def part(batch, start, stop):
+    """The network's inputs for the steps [start, stop) of a batch."""
+    keys = ("obs", "prev_actions", "prev_rewards", "first")
+    return tuple(batch[key][start:stop] for key in keys)
+
+
+def learn(q_network, target_network, optimizer, batch, weights, args):
+    """One gradient step on a batch of sequences; returns the detached losses and the sequences' new priorities."""
+    burn_in = args.burn_in
+    state = (batch["h"], batch["c"])
+    with torch.no_grad():
+        # burn-in: unroll the stored state through the first steps, for both networks, without learning from them
+        online_state, target_state = state, state
+        if burn_in > 0:
+            _, online_state = q_network(*part(batch, 0, burn_in), state)
+            _, target_state = target_network(*part(batch, 0, burn_in), state)
+        q_target, _ = target_network(*part(batch, burn_in, None), target_state)
+    q_values, _ = q_network(*part(batch, burn_in, None), online_state)
+    learned = {key: batch[key][burn_in:] for key in ("rewards", "terminated", "truncated", "first")}
+    with torch.no_grad():
+        targets, valid = nstep_double_q_targets(
+            q_values.detach(),
+            q_target,
+            learned["rewards"],
+            learned["terminated"],
+            learned["truncated"],
+            learned["first"],
+            args.gamma,
+            args.n_step,
+            args.value_rescale_eps,
+        )
+    taken = q_values[:-1].gather(-1, batch["actions"][burn_in:-1, :, None]).squeeze(-1)
+    td = targets - taken
+    loss = (weights * (0.5 * td.square() * valid).sum(dim=0)).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+    optimizer.step()
+    priorities = priority_mix(td.detach().abs(), valid, args.priority_eta)
+    return dict(loss=loss.detach(), q_values=taken.detach().mean()), priorities
+
+
+def update(q_network, target_network, optimizer, store, args, copy_target):
+    """Sample, learn, update the priorities, and copy the online network to the target where copy_target is set."""
+    # trick: the whole update is one function of device tensors, so that it compiles and is captured whole: the
+    # sum-tree walk, the gathers of the sequences and the priority write-back stay on the device with no host sync;
+    # the periodic target copy is a masked copy in the graph (copy_target lives on the training device)
+    index, weights = tree_sample(store["tree"], args.batch_size, args.importance_sampling_exponent)
+    device = copy_target.device
+    batch = {
+        k: v.to(device, non_blocking=True)
+        for k, v in sample_sequences(store, index, args.burn_in + args.seq_len).items()
+    }
+    out, priorities = learn(q_network, target_network, optimizer, batch, weights.to(device, non_blocking=True), args)
+    update_priorities(store, index, priorities, args.priority_exponent)
+    with torch.no_grad():
+        for target_network_param, q_network_param in zip(target_network.parameters(), q_network.parameters()):
+            target_network_param.copy_(torch.where(copy_target, q_network_param, target_network_param))
+    return out
+
+
+def act(q_network, obs, prev_actions, prev_rewards, first, h, c, epsilons):
+    """Every env's epsilon-greedy action and the LSTM's next state, all on the device."""
+    # trick: no host branch on the random draw: both choices are computed and one is kept per env
+    with torch.no_grad():
+        q_values, (h, c) = q_network(obs[None], prev_actions[None], prev_rewards[None], first[None], (h, c))
+    explore = torch.rand(len(epsilons), device=epsilons.device) < epsilons
+    random_actions = torch.randint(q_values.shape[-1], (len(epsilons),), device=epsilons.device)
+    return torch.where(explore, random_actions, q_values[0].argmax(dim=1)), h, c
+
+
+class Diverged(Exception):
+    pass
+
+
+def first_non_finite(losses):
+    return next(((name, value) for name, value in losses.items() if not math.isfinite(value)), None)
+
+
+def evaluate(args, device):
+    """Play --eval-episodes full episodes with a checkpoint, epsilon-greedy at --eval-epsilon."""
+    checkpoint = torch.load(args.eval_checkpoint, map_location=device)
+    train_args = checkpoint["args"]
+    num_envs = train_args["num_envs"]
+    envs = make_env(train_args["env_id"], num_envs, args.seed)
+    obs = observe(envs.reset()[0], train_args["mask_velocity"])
+    q_network = QNetwork(obs.shape[1:], envs.action_space.n, train_args["hidden_size"]).to(device)
+    q_network.load_state_dict(checkpoint["model"])
+    state = tuple(torch.zeros(num_envs, train_args["hidden_size"], device=device) for _ in range(2))
+    prev_actions, prev_rewards = torch.zeros(num_envs, dtype=torch.long), torch.zeros(num_envs)
+    first = torch.ones(num_envs, dtype=torch.bool)
+    returns, steps, running = [], 0, np.zeros(num_envs)
+    start = time.time()
+    while len(returns) < args.eval_episodes:
+        with torch.no_grad():
+            inputs = [torch.as_tensor(x, device=device)[None] for x in (obs, prev_actions, prev_rewards, first)]
+            q_values, state = q_network(*inputs, state)
+        actions = q_values[0].argmax(dim=1).cpu().numpy()
+        explore = np.random.random(num_envs) < args.eval_epsilon
+        actions = np.where(explore, np.random.randint(envs.action_space.n, size=num_envs), actions)
+        next_obs, rewards, terminations, truncations, info = envs.step(actions)
+        steps += num_envs
+        running += rewards
+        done = terminations | truncations
+        returns += running[done].tolist()
+        running[done] = 0.0
+        obs, first = observe(next_obs, train_args["mask_velocity"]), torch.as_tensor(info["elapsed_step"] == 0)
+        prev_actions, prev_rewards = torch.as_tensor(actions), torch.as_tensor(rewards, dtype=torch.float32)
+    envs.close()
+    returns = returns[: args.eval_episodes]
+    wall_s = time.time() - start
+    print(f"{SCRIPT}: {len(returns)} episodes, mean return {np.mean(returns):.2f}")
+    return train_args["env_id"], steps, steps / max(wall_s, 1e-9), returns
+
+
+def main(args):
+    check_args(args)
+    start_time = time.time()
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(start_time)}"
+    run_dir = Path(args.results_file).parent / run_name
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    line = dict(
+        script=SCRIPT,
+        env_id=args.env_id,
+        seed=args.seed,
+        compile=getattr(args, "compile", False),
+        cudagraphs=getattr(args, "cudagraphs", False),
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        **machine(),
+        run_name=run_name,
+        total_timesteps=args.total_timesteps,
+        mode="train",
+    )
+
+    def finish(status, steps, sps, returns, losses, message=None, folder=run_dir):
+        mean_return = float(np.mean(returns[-100:])) if returns else None
+        line.update(steps=steps, sps=sps, wall_s=time.time() - start_time, mean_return=mean_return)
+        line.update(episodes=len(returns), status=status, losses=losses, message=message)
+        line.update(time=datetime.now(UTC).isoformat())
+        append_line(args.results_file, json.dumps(finite_or_none(line), allow_nan=False))
+        print(summary(status, steps, sps, mean_return, len(returns), args.results_file, folder), flush=True)
+
+    if args.eval_checkpoint is not None:
+        line["mode"] = "eval"
+        folder = Path(args.eval_checkpoint).parent
+        try:
+            line["env_id"], steps, sps, returns = evaluate(args, device)
+        except KeyboardInterrupt:
+            finish("interrupted", 0, 0.0, [], {}, "interrupted", folder)
+            sys.exit(130)
+        except Exception as err:
+            finish("error", 0, 0.0, [], {}, f"{type(err).__name__}: {err}", folder)
+            raise
+        finish("ok", steps, sps, returns, {}, folder=folder)
+        return
+
+    store_device = buffer_device(args, device)
+    line["buffer_device"] = store_device.type
+    num_iterations = args.total_timesteps // args.num_envs
+    length, period = args.burn_in + args.seq_len, args.seq_len - args.overlap
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            config=vars(args),
+            name=run_name,
+            sync_tensorboard=False,
+        )
+
+    global_step, updates, episodic_returns, losses, out = 0, 0, [], {}, None
+    mark = (0, time.time())  # (steps, time) at the end of burn-in: steps/s counts from there
+    sps = lambda: (global_step - mark[0]) / max(time.time() - mark[1], 1e-9) if global_step > mark[0] else 0.0
+
+    def check(out):
+        """The losses come to the host every 100 iterations; a non-finite one stops the run."""
+        losses.update(zip(out, torch.stack(list(out.values())).tolist()))
+        bad = first_non_finite(losses)
+        if bad:
+            raise Diverged(f"loss diverged at step {global_step}: {bad[0]}={bad[1]}")
+
+    try:
+        # env setup
+        envs = make_env(args.env_id, args.num_envs, args.seed)
+        n_actions = envs.action_space.n
+        obs, _ = envs.reset()
+        obs = observe(obs, args.mask_velocity)
+        q_network = QNetwork(obs.shape[1:], n_actions, args.hidden_size).to(device)
+        # trick: fused Adam updates every parameter in one kernel (and spares torch.compile a kernel per parameter);
+        # capturable keeps the step counts on the GPU, so a step never syncs and can be captured
+        capturable = device.type == "cuda"
+        optimizer = optim.Adam(
+            q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True, capturable=capturable
+        )
+        target_network = QNetwork(obs.shape[1:], n_actions, args.hidden_size).to(device)
+        target_network.load_state_dict(q_network.state_dict())
+        epsilons = actor_epsilons(args.num_envs, args.epsilon_base, args.epsilon_alpha).to(device)
+
+        frame_shape, dtype = frame_shape_of(args.env_id, args.mask_velocity)
+        store = new_store(args.num_envs, args.buffer_size, period, args.hidden_size, frame_shape, dtype, store_device)
+        line["buffer_bytes"] = sum(t.nbytes for t in store.values())
+        # trick: the policy step, the replay write and the update as functions of device tensors, so that each
+        # compiles and is captured whole; the target-copy flag is a tensor: no recompile as it changes
+        policy, add = partial(act, q_network), partial(store_add, store)
+        update_step = partial(update, q_network, target_network, optimizer, store, args)
+        copy_yes, copy_no = torch.tensor(True, device=device), torch.tensor(False, device=device)
+        if args.compile:  # trick: torch.compile fuses the small ops of the LSTM steps, the losses and the sampler
+            policy = torch.compile(policy, fullgraph=True)
+            update_step = torch.compile(update_step)
+        if args.cudagraphs:
+            # trick: replay each as one CUDA graph: inputs are copied into static buffers, outputs cloned out; the
+            # replay memory is written in place (its tensors are the graphs' own); the warm-up calls compile
+            policy = CudaGraphModule(policy, warmup=3)
+            add = CudaGraphModule(add, warmup=3)
+            update_step = CudaGraphModule(update_step, warmup=3)
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        curve = run_dir / "returns.csv"
+        curve.write_text("step,wall_s,return\n")
+        running_returns = np.zeros(args.num_envs)
+        recent = deque(maxlen=100)
+        zeros = np.zeros(args.num_envs)
+        newest = (lambda o: o[:, -1]) if len(frame_shape) == 2 else (lambda o: o)
+
+        # TRY NOT TO MODIFY: start the game
+        # trick: non_blocking host-to-device copies; the obs goes to the device once, for the policy and the store
+        to_device = lambda x, dtype=None, device=device: torch.as_tensor(x, dtype=dtype).to(device, non_blocking=True)
+        to_store = partial(to_device, device=store_device)
+        obs = to_device(obs)
+        no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
+        store_add(store, newest(obs).to(store_device), to_store(zeros == 0), *no_step, to_store(zeros, torch.bool))
+        state = tuple(torch.zeros(args.num_envs, args.hidden_size, device=device) for _ in range(2))
+        prev_actions = torch.zeros(args.num_envs, dtype=torch.long, device=device)
+        prev_rewards = torch.zeros(args.num_envs, device=device)
+        first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
+        next_check, mark = 0, (0, time.time())
+        pbar = tqdm.tqdm(range(num_iterations), desc=SCRIPT, mininterval=2.0)
+        for iteration in pbar:
+            # a sequence starts here every `period` steps: it keeps the LSTM state the actor has now
+            if iteration % period == 0:
+                store_state(store, sequence_slots(store, iteration), iteration, *state)
+
+            # ALGO LOGIC: put action logic here
+            actions, *state = policy(obs, prev_actions, prev_rewards, first, *state, epsilons)
+
+            # TRY NOT TO MODIFY: execute the game and log data.
+            next_obs, rewards, terminations, truncations, info = envs.step(actions.cpu().numpy())
+            running_returns += rewards
+            for episodic_return in running_returns[terminations | truncations].tolist():
+                episodic_returns.append(episodic_return)
+                recent.append(episodic_return)
+                append_line(curve, f"{global_step + args.num_envs},{time.time() - start_time:.3f},{episodic_return}")
+                if args.track:
+                    wandb.log({"charts/episodic_return": episodic_return}, global_step)
+            running_returns[terminations | truncations] = 0.0
+
+            # save data to the replay memory: the newest frame once, whether it began an episode, the step's data
+            next_obs = observe(next_obs, args.mask_velocity)
+            next_first = info["elapsed_step"] == 0
+            obs, prev_rewards = to_device(next_obs), to_device(rewards, torch.float32)
+            step = (actions.to(store_device), prev_rewards.to(store_device), to_store(terminations))
+            add(newest(obs).to(store_device), to_store(next_first), *step, to_store(truncations))
+            add_sequences(store, iteration + 2, length, period, args.priority_exponent)
+            first, prev_actions = to_device(next_first), actions
+
+            # ALGO LOGIC: training, one gradient step at each env step s >= learning_starts with
+            # s % train_frequency == 0 (with several envs, those of the steps this iteration covers)
+            covered = range(global_step, global_step + args.num_envs)
+            train_steps = [s for s in covered if s >= args.learning_starts and s % args.train_frequency == 0]
+            for _ in train_steps:
+                updates += 1
+                # update the target network
+                out = update_step(copy_yes if updates % args.target_network_frequency == 0 else copy_no)
+            global_step += args.num_envs
+
+            if train_steps and iteration >= next_check:
+                next_check = iteration + 100
+                check(out)  # trick: the losses come to the host every 100 iterations only
+                if args.track:
+                    logs = {f"losses/{name}": value for name, value in losses.items()}
+                    wandb.log({"charts/SPS": sps(), **logs}, step=global_step)
+            if iteration + 1 == args.measure_burnin and iteration + 1 < num_iterations:
+                mark = (global_step, time.time())
+            if iteration % 100 == 0:
+                mean_return = np.mean(recent) if recent else float("nan")
+                pbar.set_postfix(sps=f"{sps():.0f}", ret=f"{mean_return:.1f}", refresh=False)
+        if out is not None:
+            check(out)
+        envs.close()
+        line["updates"] = updates
+        if args.save_model:
+            model_path = run_dir / f"{args.exp_name}.pt"
+            tmp_path = model_path.with_suffix(".pt.tmp")
+            torch.save({"args": asdict(args), "model": q_network.state_dict()}, tmp_path)
+            os.replace(tmp_path, model_path)  # atomic: a reader never sees half a checkpoint
+            print(f"{SCRIPT}: model saved to {model_path}")
+    except (KeyboardInterrupt, Exception) as err:
+        status = {KeyboardInterrupt: "interrupted", Diverged: "diverged"}.get(type(err), "error")
+        message = str(err) or type(err).__name__
+        finish(status, global_step, sps(), episodic_returns, losses, message)
+        if status == "interrupted":
+            sys.exit(130)
+        if status == "diverged":
+            print(f"{SCRIPT}: {message}", file=sys.stderr)
+            sys.exit(1)
+        raise
+
+    finish("ok", global_step, sps(), episodic_returns, losses)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
