@@ -461,9 +461,12 @@ def priority_mix(abs_td, valid, eta):
 # ---------------------------------------------------------------- prioritized replay: a sum tree in one tensor
 # tree[1] is the root, node i has the children 2i and 2i + 1, the leaves (priority^alpha per sequence slot) sit at
 # [C, 2C), C a power of two. Every operation is a fixed number of tensor ops: no host sync, no data-dependent shape.
-# Measured against stratified sampling over a cumulative sum (float32, batch 64, one CPU thread): sum tree
-# 1e4 slots SAMPLE_TREE_1E4, 1e5 SAMPLE_TREE_1E5, 1e6 SAMPLE_TREE_1E6; cumulative sum 1e4 CUMSUM_1E4, 1e5 CUMSUM_1E5,
-# 1e6 CUMSUM_1E6 (the sum over all slots each draw grows with the capacity, the tree's walk with its log).
+# Why a tree and not stratified draws over a cumulative sum: one sample + one priority update of 64 slots, in us,
+# compiled as the twin runs them (shared 2-core AMD EPYC, one thread, torch 2.13 CPU; eager in brackets):
+#   slots        1e4          1e5           1e6
+#   sum tree     88 (636)     112 (769)     151 (931)
+#   cumsum       73 (46)      179 (146)     1143 (1035)
+# The cumulative sum reads every slot per draw (linear in the capacity); the tree walks log2(capacity) levels.
 
 
 def new_sum_tree(capacity, device="cpu"):

@@ -672,6 +672,15 @@ def test_bad_input_exits_2_with_one_line(mods, name, flags, flag, capsys, tmp_pa
     assert not (tmp_path / "results.jsonl").exists()
 
 
+@pytest.mark.parametrize("flags", [("--cudagraphs",), ("--cudagraphs", "--buffer-device", "cpu")])
+def test_cudagraphs_without_cuda_exits_2_from_the_command_line(flags, tmp_path):
+    proc, lines = run_script(TWIN, *TINY_CARTPOLE, *flags, tmp_path=tmp_path)
+    assert proc.returncode == 2
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert err == [f"{TWIN}.py: error: --cudagraphs needs CUDA, and none is available"], proc.stderr
+    assert lines == []
+
+
 def test_classic_control_and_other_atari_games_are_accepted(mods):
     for name in SCRIPTS:
         for env_id in ("Pong-v5", "CartPole-v1", "Acrobot-v1"):
