@@ -2,9 +2,10 @@
 # Reproduce the speed tables: every script pair, every variant, over seeds, then plots/plot.py.
 #   ./run.sh                 full budgets, seeds 1 2 3; adds the --cudagraphs variants where CUDA exists
 #   ./run.sh --quick         short CPU-friendly budgets, seed 1
-# Options: --seeds "1 2"   --only PAIR (e.g. ppo_atari_envpool)   --timesteps N (every run)
+# Options: --seeds "1 2"   --only PAIR (e.g. ppo_atari_envpool, or ppo_atari_envpool_distributed)   --timesteps N (every run)
 #          --results-dir DIR (default runs)   --no-plot
-# Variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both.
+# Variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both; on a
+# machine with several GPUs, the distributed PPO Atari at 1, 2 and all of them.
 # A run that fails is recorded in the results file and the table goes on.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -19,7 +20,7 @@ while [ $# -gt 0 ]; do
     --timesteps) timesteps=${2:?}; shift ;;
     --results-dir) dir=${2:?}; shift ;;
     --no-plot) plot=0 ;;
-    -h | --help) sed -n 2,8p "$0"; exit 0 ;;
+    -h | --help) sed -n 2,9p "$0"; exit 0 ;;
     *) echo "run.sh: error: unknown option '$1' (see ./run.sh --help)" >&2; exit 2 ;;
   esac
   shift
@@ -61,7 +62,7 @@ run() {
   local before after
   before=$(cat "$results" 2>/dev/null | wc -l)
   echo "+ $py leanrl/$script.py $* --seed $seed"
-  $py "leanrl/$script.py" "$@" --seed "$seed" --results-file "$results"
+  ${launch:-$py} "leanrl/$script.py" "$@" --seed "$seed" --results-file "$results"
   local code=$?
   after=$(cat "$results" 2>/dev/null | wc -l)
   if [ "$code" != 0 ] && [ "$before" = "$after" ]; then
@@ -97,5 +98,18 @@ for pair in ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_co
     fi
   done
 done
+
+# Data-parallel PPO Atari at 1, 2 and all GPUs where more than one exists (8 envs per GPU, as CleanRL's multi-GPU PPO)
+n_gpus=$($py -c "import torch; print(torch.cuda.device_count())")
+if [ "$n_gpus" -gt 1 ] && { [ -z "$only" ] || [ "$only" = ppo_atari_envpool_distributed ]; }; then
+  args=$(budget ppo_atari_envpool)
+  [ -z "$timesteps" ] || args="--total-timesteps $timesteps"
+  for seed in $seeds; do
+    for n in $(printf '%s\n' 1 2 "$n_gpus" | sort -nu); do
+      launch="$py -m torch.distributed.run --standalone --nproc-per-node $n" \
+        run ppo_atari_envpool_distributed "$seed" $args --local-num-envs 8 --compile --cudagraphs
+    done
+  done
+fi
 
 [ "$plot" = 1 ] && $py plots/plot.py --results "$results"

@@ -23,18 +23,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ["eager", "twin", "twin --compile", "twin --cudagraphs", "twin --compile --cudagraphs"]
 TWIN_SUFFIX = "_torchcompile"
+DISTRIBUTED_SUFFIX = "_distributed"
 
 
 def variant_of(line):
-    """Name the variant of a results line: the eager script, or the twin with its flags."""
-    if not line["script"].removesuffix(".py").endswith(TWIN_SUFFIX):
+    """Name the variant of a results line: the eager script, or the twin with its flags (the distributed file is
+    the twin made data-parallel: its runs are twin runs of their own pair, see pair_of)."""
+    if not line["script"].removesuffix(".py").endswith((TWIN_SUFFIX, DISTRIBUTED_SUFFIX)):
         return "eager"
     flags = [flag for flag in ("compile", "cudagraphs") if line.get(flag)]
     return " ".join(["twin"] + [f"--{flag}" for flag in flags])
 
 
 def pair_of(line):
-    return line["script"].removesuffix(".py").removesuffix(TWIN_SUFFIX)
+    name = line["script"].removesuffix(".py").removesuffix(TWIN_SUFFIX)
+    if name.endswith(DISTRIBUTED_SUFFIX):  # one row per world size: 1, 2 and all GPUs are separate measurements
+        name += f" x{line.get('world_size', 1)}"
+    return name
 
 
 def hardware_of(line):

@@ -4,7 +4,8 @@
     python plots/tricks.py --check   # exit 1 if the README's section is out of date
 
 The twin rule makes every difference between `<algo>.py` and `<algo>_torchcompile.py` a speed trick
-with a `# trick: ...` comment, so the comments are the list: this keeps the README from going stale.
+with a `# trick: ...` comment (and every difference between a twin and its `_distributed.py` a step of
+scaling out), so the comments are the list: this keeps the README from going stale.
 """
 
 import argparse
@@ -40,9 +41,11 @@ def find_tricks(script):
 
 def tricks_markdown(root=ROOT):
     out = []
-    for twin in sorted((root / "leanrl").glob("*_torchcompile.py")):
-        eager = twin.name.replace("_torchcompile", "")
-        out.append(f"**`{twin.name}`** (diff it against `{eager}`):\n")
+    scripts = sorted([*(root / "leanrl").glob("*_torchcompile.py"), *(root / "leanrl").glob("*_distributed.py")])
+    for twin in scripts:
+        # a twin is diffed against its eager script, a distributed script against the twin it scales out
+        base = twin.name.replace("_torchcompile", "").replace("_distributed", "_torchcompile")
+        out.append(f"**`{twin.name}`** (diff it against `{base}`):\n")
         out.append("| line | trick |")
         out.append("|---|---|")
         for number, text in find_tricks(twin):

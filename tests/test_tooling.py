@@ -44,6 +44,8 @@ def test_variants_and_pairs_are_named_from_the_results_line():
     line = result("ppo_atari_envpool_torchcompile.py", 1, compile=True, cudagraphs=True)
     assert plot.variant_of(line) == "twin --compile --cudagraphs"
     assert plot.pair_of(line) == "ppo_atari_envpool"
+    ranks = result("ppo_atari_envpool_distributed.py", 1, compile=True, world_size=2)
+    assert plot.variant_of(ranks) == "twin --compile" and plot.pair_of(ranks) == "ppo_atari_envpool_distributed x2"
 
 
 def test_table_means_seeds_keeps_latest_rerun_and_computes_speedup(tmp_path):
