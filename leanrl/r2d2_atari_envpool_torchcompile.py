@@ -840,6 +840,7 @@ def main(args):
         )
         target_network = QNetwork(obs.shape[1:], n_actions, args.hidden_size).to(device)
         target_network.load_state_dict(q_network.state_dict())
+        # trick: the per-env epsilons live on the device, where the policy step draws its exploration
         epsilons = actor_epsilons(args.num_envs, args.epsilon_base, args.epsilon_alpha).to(device)
 
         frame_shape, dtype = frame_shape_of(args.env_id, args.mask_velocity)
@@ -921,7 +922,7 @@ def main(args):
 
             if train_steps and iteration >= next_check:
                 next_check = iteration + 100
-                check(out)  # trick: the losses come to the host every 100 iterations only
+                check(out)
                 if args.track:
                     logs = {f"losses/{name}": value for name, value in losses.items()}
                     wandb.log({"charts/SPS": sps(), **logs}, step=global_step)

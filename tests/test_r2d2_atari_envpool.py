@@ -697,8 +697,25 @@ def test_scripts_import_without_side_effects():
 
 @pytest.mark.parametrize("name", [EAGER])
 def test_learns_velocity_masked_cartpole_short(name, tmp_path):
-    """CI check: the small-task settings (CARTPOLE above) on CartPole-v1 without its velocities."""
+    """CI check: the small-task settings (CARTPOLE above) on CartPole-v1 without its velocities learn within 30k
+    steps (about 30 s). Random play averages about 22. Last-20 means measured at 30k, seeds 1-4: 261, 259, 145, 353;
+    the bar leaves room for another CPU's float rounding (the 300k bar of issue 9 is the slow test's)."""
     proc, lines = run_script(name, *CARTPOLE, "--total-timesteps", "30000", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mean, episodes = last_mean(lines[0], tmp_path)
+    assert episodes >= 20 and mean >= 100, (mean, episodes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,flags", [(EAGER, ()), (TWIN, ("--compile",))])
+def test_learns_velocity_masked_cartpole_within_300k_steps(name, flags, tmp_path):
+    """Issue 9's bar: on CartPole-v1 without its velocities, the mean of the last 20 episodes is at least 150 after
+    300k steps, with the small-task settings (CARTPOLE above). Measured, seed 1, on the shared 2-core AMD EPYC
+    (one thread each, other jobs running):
+    eager: 676 s, last-20 mean 315 at 300k (100-episode mean 348); >= 150 from 80k on (202 at 20k, 131 at 60k);
+    twin --compile: 172 s, last-20 mean 440 at 300k (100-episode mean 372); >= 150 from 40k on (141 at 20k).
+    """
+    proc, lines = run_script(name, *CARTPOLE, "--total-timesteps", "300000", *flags, tmp_path=tmp_path, timeout=3000)
     assert proc.returncode == 0, proc.stderr[-3000:]
     mean, episodes = last_mean(lines[0], tmp_path)
     assert episodes >= 20 and mean >= 150, (mean, episodes)
