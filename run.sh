@@ -52,6 +52,13 @@ budget() {
     sac_continuous_action:0) echo "--total-timesteps 100000" ;;
     td3_continuous_action:1) echo "--total-timesteps 8000 --learning-starts 5000 --measure-burnin 200" ;;
     td3_continuous_action:0) echo "--total-timesteps 100000" ;;
+    # R2D2's Atari update (LSTM 512 unrolled over 120 steps) is hours on a CPU: --quick runs velocity-masked CartPole
+    # with the tests' small-task settings, timed once the updates run (learning starts at iteration 250)
+    r2d2_atari_envpool:1) echo "--env-id CartPole-v1 --mask-velocity --num-envs 8 --hidden-size 64 --burn-in 8" \
+      "--seq-len 16 --overlap 8 --batch-size 32 --train-frequency 16 --learning-rate 1e-3 --gamma 0.99" \
+      "--target-network-frequency 200 --buffer-size 40000 --learning-starts 2000 --measure-burnin 300" \
+      "--total-timesteps 30000" ;;
+    r2d2_atari_envpool:0) echo "--total-timesteps 500000" ;;
     *) echo "" ;;
   esac
 }
@@ -83,7 +90,8 @@ PY
   [ "$code" = 0 ] || echo "run.sh: $script seed $seed $* failed (exit $code); going on" >&2
 }
 
-for pair in ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action; do
+for pair in ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action \
+  r2d2_atari_envpool; do
   [ -z "$only" ] || [ "$only" = "$pair" ] || continue
   [ -f "leanrl/$pair.py" ] && [ -f "leanrl/${pair}_torchcompile.py" ] || continue
   args=$(budget "$pair")

@@ -7,7 +7,9 @@ capacity and beyond, and times:
 
 * ``add``: one call of the script's add function with what one env step brings (its default env count);
 * ``sample``: one call of its sample function with its default batch size (for the Atari frame store,
-  the obs and next-obs stacks are rebuilt from single frames as part of the sample).
+  the obs and next-obs stacks are rebuilt from single frames as part of the sample; for R2D2, the sum tree's
+  prioritized draw and the rebuilt sequences);
+* ``update`` (prioritized replay): one write-back of a sampled batch's new priorities.
 
 Each row gives items/s and MB/s (add: bytes stored per item; sample: bytes delivered per item) beside
 the study's required rate for that algorithm, and the bytes the buffer stores per item. The twins'
@@ -72,6 +74,8 @@ class Bench:
     stored_bytes: int  # the whole buffer
     capacity: int
     storage: dict  # the buffer's tensors, as the script made them
+    update: Callable | None = None  # prioritized replay: one write-back of the sampled items' new priorities
+    update_items: int = 0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -144,6 +148,67 @@ def dqn_frames(module, capacity, device, compiled, num_envs=1, batch_size=32):
     )
 
 
+def r2d2_sequences(module, capacity, device, compiled, frame_shape, dtype, num_envs=32, batch_size=64):
+    """r2d2_atari_envpool*.py: `capacity` sequences of single frames per env stream (period 40, 40 burn-in + 80
+    steps), a sum tree of priorities. add: 40 env steps of the 32 envs (store_add, add_sequences), which complete 32
+    sequences; sample: the tree's prioritized draw and the rebuilt sequences (obs stacks, previous action and
+    reward, flags, stored LSTM state); update: the new priorities of a sampled batch written back."""
+    period, length, hidden, alpha, beta = 40, 120, 512, 0.9, 0.6
+    store = module.new_store(num_envs, capacity * period, period, hidden, frame_shape, dtype, device)
+    sequences, slots = store["starts"].shape[0], store["frames"].shape[1]
+    per_env = sequences // num_envs
+    # a full store, wrapped around several times: every sequence slot holds a sequence with a priority
+    store["starts"].copy_(torch.arange(sequences, device=device) % per_env * period + 3 * slots)
+    module.tree_update(
+        store["tree"], torch.arange(sequences, device=device), torch.rand(sequences, device=device) + 0.1
+    )
+    store["count"].fill_(3 * slots)
+    frames = torch.zeros((num_envs, *frame_shape), dtype=dtype, device=device)
+    flags = torch.zeros(num_envs, dtype=torch.bool, device=device)
+    actions = torch.zeros(num_envs, dtype=torch.long, device=device)
+    rewards = torch.ones(num_envs, device=device)
+    priorities = torch.rand(batch_size, device=device)
+
+    def add():
+        count = int(store["count"])  # one host read per 40 steps: the scripts keep this count on the host too
+        for step in range(period):
+            add_fn(store, frames, flags, actions, rewards, flags, flags)
+            module.add_sequences(store, count + step + 1, length, period, alpha)
+
+    def sample(store):
+        index, weights = module.tree_sample(store["tree"], batch_size, beta)
+        return module.sample_sequences(store, index, length) | dict(index=index, weights=weights)
+
+    def update(store, index):
+        module.update_priorities(store, index, priorities, alpha)
+
+    add_fn, sample_fn, update_fn = module.store_add, sample, update
+    if compiled:
+        add_fn, sample_fn, update_fn = (torch.compile(f, fullgraph=True) for f in (add_fn, sample_fn, update_fn))
+    index = sample(store)["index"]
+    batch_major = ("h", "c", "index", "weights")  # the others are time-major (length, B, ...)
+    return Bench(
+        add=add,
+        sample=lambda: {k: v if k in batch_major else v.movedim(0, 1) for k, v in sample_fn(store).items()},
+        add_items=num_envs,
+        sample_items=batch_size,
+        stored_bytes=sum(t.nbytes for t in store.values()),
+        capacity=sequences,
+        storage=store,
+        update=lambda: update_fn(store, index),
+        update_items=batch_size,
+    )
+
+
+def r2d2_atari(module, capacity, device, compiled):
+    return r2d2_sequences(module, capacity, device, compiled, (84, 84), torch.uint8)
+
+
+def r2d2_vector(module, capacity, device, compiled):
+    """The vector-observation path (CartPole: 4 float32 per step), where 1e5 and 1e6 sequences fit in memory."""
+    return r2d2_sequences(module, capacity, device, compiled, (4,), torch.float32)
+
+
 @dataclass
 class Case:
     name: str  # the buffer, as the table names it
@@ -171,6 +236,24 @@ CASES = {
         "SAC",
         (1_000_000,),
         (1000,),
+    ),
+    # 1e4 sequences of Atari frames are 400k frames (2.8 GB); 1e5 would be 28 GB, so the larger sizes (where the
+    # sum tree's depth grows) are measured on the vector-observation store
+    "r2d2_atari": Case(
+        "R2D2 Atari (sequences of single frames, sum tree)",
+        ("r2d2_atari_envpool", "r2d2_atari_envpool_torchcompile"),
+        r2d2_atari,
+        "R2D2",
+        (10_000,),
+        (64,),
+    ),
+    "r2d2_vector": Case(
+        "R2D2 CartPole (vector sequences, sum tree)",
+        ("r2d2_atari_envpool", "r2d2_atari_envpool_torchcompile"),
+        r2d2_vector,
+        "R2D2",
+        (10_000, 100_000, 1_000_000),
+        (64,),
     ),
     # the study has no TD3 job; SAC's (the same uniform 1M-row MuJoCo replay) is the nearest need
     "td3": Case(
@@ -221,10 +304,13 @@ def measure(case, script, capacity, device, compiled, budget_s):
     delivered = bench.sample()
     sample_bytes = sum(v.nbytes for v in delivered.values()) / bench.sample_items
     rows = []
-    for op, fn, items, item_bytes in (
+    ops = [
         ("add", bench.add, bench.add_items, stored_per_item),
         ("sample", bench.sample, bench.sample_items, sample_bytes),
-    ):
+    ]
+    if bench.update is not None:  # a priority is one float32 per item
+        ops.append(("update", bench.update, bench.update_items, 4))
+    for op, fn, items, item_bytes in ops:
         s = seconds_per_call(fn, device, budget_s)
         rows.append(
             dict(
@@ -260,7 +346,7 @@ def run(args):
                     t0 = time.perf_counter()
                     for row in measure(case, script, capacity, device, compiled, args.budget):
                         need = study.get(case.study)
-                        if need:
+                        if need and f"{row['op']}_items_per_s" in need:  # the study has no priority-update rates
                             row["study_items_per_s"] = need[f"{row['op']}_items_per_s"]
                             row["study_mb_per_s"] = need[f"{row['op']}_bytes_per_s"] / 1e6
                             row["study_capacity"] = int(need["buffer_items"])
@@ -300,7 +386,9 @@ def to_markdown(report):
         "",
         "add: one env step of the script's default envs, MB/s of bytes stored; sample: one batch of the script's "
         "default size, MB/s of bytes delivered (rebuilt frame stacks included). Study: the replay-storage study's "
-        "rates for one training job of that algorithm (`shared/anchors/replay_storage_rates.csv`).",
+        "rates for one training job of that algorithm (`shared/anchors/replay_storage_rates.csv`). R2D2: an item is "
+        "a sequence (40 burn-in + 80 steps); add is 40 steps of 32 envs, which complete 32 sequences; update writes "
+        "a sampled batch's priorities back into the sum tree (the study gives no rate for it).",
         "",
         f"Command: `{report['command']}`; total {report['wall_s']:.0f} s.",
         "",

@@ -36,8 +36,11 @@ def test_each_buffer_is_driven_for_real(name):
         assert any(not torch.equal(before[k], v) for k, v in bench.storage.items() if k != "count"), script
         batch = bench.sample()
         assert all(value.shape[0] == bench.sample_items for value in batch.values()), script
-        items = stored.reshape(-1, *stored.shape[-1:] if data == "obs" else stored.shape[-2:])
+        items = stored.reshape(
+            -1, *stored.shape[-1:] if data == "obs" else stored.shape[2:]
+        )  # frames: (envs, slots, ...)
         drawn = batch["obs"].reshape(-1, *items.shape[1:])
+        drawn = drawn[torch.randperm(len(drawn))[:128]]  # R2D2 draws 30k frames: a random 128 of them are checked
         assert drawn.abs().sum() > 0
         assert all((items == row).flatten(1).all(1).any() for row in drawn), f"{script}: a sampled row is not stored"
 
@@ -48,14 +51,15 @@ def test_quick_report_has_every_row_with_finite_rates_and_the_study_beside_it(tm
     report = json.loads((tmp_path / "replay_cpu_quick.json").read_text())
     md = (tmp_path / "replay_cpu_quick.md").read_text()
     assert report["quick"] is True and report["machine"]["device"] == "cpu"
-    expected = sum(len(case.scripts) * len(case.quick_capacities) * 2 for case in replay.CASES.values())
+    ops = {name: 3 if name.startswith("r2d2") else 2 for name in replay.CASES}  # prioritized replay: + update
+    expected = sum(len(case.scripts) * len(case.quick_capacities) * ops[name] for name, case in replay.CASES.items())
     assert len(report["rows"]) == expected
     for row in report["rows"]:
         assert math.isfinite(row["items_per_s"]) and row["items_per_s"] > 0, row
         assert row["mb_per_s"] == pytest.approx(row["items_per_s"] * row["item_bytes"] / 1e6)
         if row["op"] == "add":
             assert row["item_bytes"] == row["stored_bytes_per_item"]
-        if row["study"]:
+        if row["study"] and row["op"] != "update":  # the study gives add and sample rates only
             assert row["times_study"] == pytest.approx(row["items_per_s"] / row["study_items_per_s"])
     assert md.startswith("Measured on CPU only; CPU ") and md.count("\n| ") == expected + 1
 
@@ -72,3 +76,18 @@ def test_frame_store_keeps_each_frame_once_and_samples_whole_stacks():
 def test_bad_flags_exit_2(capsys):
     assert replay.main(["--buffers", "nope"]) == 2
     assert "--buffers" in capsys.readouterr().err
+
+
+def test_priority_update_writes_the_sampled_leaves_of_the_sum_tree():
+    """The R2D2 rows time a real write-back: after update(), the sampled slots' leaves hold priority ** alpha and the
+    root is the sum of the leaves again."""
+    for script in replay.CASES["r2d2_vector"].scripts:
+        torch.manual_seed(0)
+        bench = replay.CASES["r2d2_vector"].build(replay.load_script(script), 64, torch.device("cpu"), False)
+        tree = bench.storage["tree"]
+        leaves = tree.shape[0] // 2
+        index = bench.sample()["index"]
+        before = tree.clone()
+        bench.update()
+        assert not torch.equal(before[leaves + index], tree[leaves + index]), script
+        torch.testing.assert_close(tree[1], tree[leaves:].sum(), rtol=1e-5, atol=1e-5)
