@@ -109,3 +109,30 @@ def assert_finite_results_line(line, script):
     assert line["losses"], "no losses recorded"
     for name, value in line["losses"].items():
         assert math.isfinite(value), (name, value)
+
+
+def args_from_flags(module, flags):
+    """module.Args with command-line flags given as ("--flag", "value", ...) pairs, each value typed as its default
+    (a flag whose default is None keeps its string; a boolean one is true when given "True")."""
+    defaults = module.Args()
+
+    def typed(key, value):
+        default = getattr(defaults, key)
+        if default is None:
+            return value
+        return value == "True" if isinstance(default, bool) else type(default)(value)
+
+    fields = {flag.removeprefix("--").replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2])}
+    return module.Args(**{key: typed(key, value) for key, value in fields.items()})
+
+
+def assert_main_exits_2_with_one_line(module, name, args, flag, capsys, tmp_path):
+    """main(args) on CPU stops with exit code 2 and one stderr line naming the flag, and writes no results line."""
+    args.results_file = str(tmp_path / "results.jsonl")
+    args.cuda = False
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(args)
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: ") and flag in err[0], err
+    assert not (tmp_path / "results.jsonl").exists()

@@ -12,7 +12,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script, strict_json
+from conftest import (
+    args_from_flags,
+    assert_finite_results_line,
+    assert_main_exits_2_with_one_line,
+    assert_summary_matches,
+    load_script,
+    run_script,
+    strict_json,
+)
 from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
 
 EAGER, TWIN = "ppo_atari_envpool", "ppo_atari_envpool_torchcompile"
@@ -450,23 +458,11 @@ BAD_INPUTS = [
 ]
 
 
-def flags_to_args(module, flags):
-    fields = {flag.removeprefix("--").replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2])}
-    defaults = module.Args()
-    return module.Args(**{k: type(getattr(defaults, k))(v) for k, v in fields.items()})
-
-
 @pytest.mark.parametrize("name", SCRIPTS)
 @pytest.mark.parametrize("flags,flag", BAD_INPUTS)
 def test_bad_input_exits_2_with_one_line(mods, name, flags, flag, capsys, tmp_path):
-    args = flags_to_args(mods[name], flags)
-    args.results_file = str(tmp_path / "results.jsonl")
-    with pytest.raises(SystemExit) as exit_info:
-        mods[name].main(args)
-    assert exit_info.value.code == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: ") and flag in err[0], err
-    assert not (tmp_path / "results.jsonl").exists()
+    args = args_from_flags(mods[name], flags)
+    assert_main_exits_2_with_one_line(mods[name], name, args, flag, capsys, tmp_path)
 
 
 def test_atari_games_other_than_breakout_are_accepted(mods):

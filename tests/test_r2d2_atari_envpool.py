@@ -9,7 +9,14 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
-from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script
+from conftest import (
+    args_from_flags,
+    assert_finite_results_line,
+    assert_main_exits_2_with_one_line,
+    assert_summary_matches,
+    load_script,
+    run_script,
+)
 
 EAGER, TWIN = "r2d2_atari_envpool", "r2d2_atari_envpool_torchcompile"
 SCRIPTS = (EAGER, TWIN)
@@ -651,25 +658,11 @@ BAD_INPUTS = [
 ]
 
 
-def flags_to_args(module, flags):
-    fields = {flag.removeprefix("--").replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2])}
-    defaults = module.Args()
-    typed = {k: v if k == "buffer_device" else type(getattr(defaults, k))(v) for k, v in fields.items()}
-    return module.Args(**(typed | {"mask_velocity": fields.get("mask_velocity") == "True"}))
-
-
 @pytest.mark.parametrize("name", SCRIPTS)
 @pytest.mark.parametrize("flags,flag", BAD_INPUTS)
 def test_bad_input_exits_2_with_one_line(mods, name, flags, flag, capsys, tmp_path):
-    args = flags_to_args(mods[name], flags)
-    args.results_file = str(tmp_path / "results.jsonl")
-    args.cuda = False
-    with pytest.raises(SystemExit) as exit_info:
-        mods[name].main(args)
-    assert exit_info.value.code == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: ") and flag in err[0], err
-    assert not (tmp_path / "results.jsonl").exists()
+    args = args_from_flags(mods[name], flags)
+    assert_main_exits_2_with_one_line(mods[name], name, args, flag, capsys, tmp_path)
 
 
 @pytest.mark.parametrize("flags", [("--cudagraphs",), ("--cudagraphs", "--buffer-device", "cpu")])
