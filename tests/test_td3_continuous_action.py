@@ -467,7 +467,7 @@ def test_learns_inverted_pendulum_in_4k_steps(name, flags, tmp_path):
 @pytest.mark.parametrize("name,flags", [(EAGER, ()), (TWIN, ("--compile",))], ids=["eager", "twin-compile"])
 def test_balances_inverted_pendulum_within_50k_steps(name, flags, tmp_path):
     """CleanRL's defaults but 10k random steps (not 25k) for 50k steps: the last 10 episodes balance (>= 900 of 1000).
-    Not yet run (no room on the shared 2-core machine), so the bar is unverified: a probe at 15k steps (eager, seed 1,
-    1000 random steps, batch 64; 269 s on that loaded machine) was still at 76 (mean of its last 10 episodes)."""
+    Measured (seed 1, 2-core AMD EPYC, one torch thread, two such runs side by side): eager 1000.0 over its last 10
+    episodes, 425 s; twin --compile 1000.0, 554 s (compiling included)."""
     line, last10 = learn(name, ["--learning-starts", "10000", "--total-timesteps", "50000", *flags], tmp_path)
     assert last10 >= 900, last10
