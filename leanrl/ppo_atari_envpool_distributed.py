@@ -188,6 +188,13 @@ def check_args(args):
     # trick: CUDA graphs need CUDA; refuse rather than fall back, which would put false numbers in the speed tables
     if args.cudagraphs and not (torch.cuda.is_available() and args.cuda):
         fail("--cudagraphs needs CUDA, and none is available")
+    # trick: a rank per GPU: NCCL refuses two ranks on one GPU, and gloo's all-reduce goes through the host, which a
+    # CUDA graph cannot capture
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if cuda and args.backend == "nccl" and ranks_here > torch.cuda.device_count():
+        fail(f"{ranks_here} ranks on this machine but {torch.cuda.device_count()} GPUs: NCCL needs a GPU per rank")
+    if cuda and args.cudagraphs and args.backend != "nccl" and world_size > 1:
+        fail(f"--cudagraphs needs the nccl backend (a CUDA graph cannot capture {args.backend}'s all-reduce)")
     check_env_id(args.env_id)
 
 
@@ -505,7 +512,8 @@ def main(args):
 
     # trick: one GPU per rank, its LOCAL_RANK-th on its machine
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() and args.cuda else "cpu")
+    cuda = torch.cuda.is_available() and args.cuda  # gloo may share a GPU between ranks
+    device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}" if cuda else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     line = dict(

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot import splice  # noqa: E402  (plots/ is a folder of tools, not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
-TRICK = re.compile(r"#\s*trick:\s*(.+)$")
+TRICK = re.compile(r"(?<!`)#\s*trick:\s*(.+)$")  # not a `# trick:` quoted in a docstring
 
 
 def find_tricks(script):
@@ -29,12 +29,13 @@ def find_tricks(script):
         if not match:
             continue
         text = match.group(1).strip()
-        # a trick comment may go on over the following comment-only lines
-        for follow in lines[number:]:
-            stripped = follow.strip()
-            if not stripped.startswith("#") or TRICK.search(stripped):
+        # a trick comment on a line of its own may go on over the following comment lines at its indentation;
+        # one after code ends with its line
+        indent = line[: len(line) - len(line.lstrip())]
+        for follow in lines[number:] if line.lstrip().startswith("#") else []:
+            if not follow.startswith(indent + "#") or TRICK.search(follow):
                 break
-            text += " " + stripped.lstrip("#").strip()
+            text += " " + follow.strip().lstrip("#").strip()
         tricks.append((number, text))
     return tricks
 

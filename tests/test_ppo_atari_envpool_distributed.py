@@ -359,6 +359,27 @@ def test_bad_input_exits_2_with_one_line_from_rank_0(dist_module, flags, world_s
             assert err == []
 
 
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (dict(), "2 ranks on this machine but 1 GPUs: NCCL needs a GPU per rank"),
+        (dict(backend="gloo", cudagraphs=True), "--cudagraphs needs the nccl backend"),
+    ],
+)
+def test_bad_gpu_layout_exits_2_before_joining(dist_module, flags, message, monkeypatch, capsys):
+    """On a (pretended) one-GPU machine, two NCCL ranks, or a CUDA-graphed gloo all-reduce, are refused up front."""
+    monkeypatch.setattr(dist_module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(dist_module.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(dist_module.dist, "is_backend_available", lambda backend: True)
+    for name, value in dict(WORLD_SIZE="2", RANK="0", LOCAL_WORLD_SIZE="2").items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exit_info:
+        dist_module.check_args(dist_module.Args(total_timesteps=1024, **flags))
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and message in err[0], err
+
+
 def test_bad_input_under_torchrun_stops_every_rank_with_one_line(tmp_path):
     start = time.time()
     proc, lines = torchrun("--num-envs", "3", "--num-steps", "16", "--total-timesteps", "128", tmp_path=tmp_path)

@@ -132,9 +132,18 @@ def test_readme_tricks_section_is_generated_from_the_twins():
 
 def test_trick_comments_are_collected_with_their_continuation_lines(tmp_path):
     script = tmp_path / "x_torchcompile.py"
-    script.write_text("a = 1\n# trick: keep it on the device\n# so no copies\nb = 2  # trick: fuse | ops\nc = 3\n")
+    script.write_text(
+        '"""every hunk has a `# trick:` comment"""\n'  # quoted in a docstring: not a trick
+        "# trick: keep it on the device\n# so no copies\n"
+        "b = 2  # trick: fuse | ops\n# an ordinary comment after an inline trick\n"
+        "if b:\n    # trick: indented\n    # goes on\n# back out: ends it\n"
+    )
     tricks = load_script("plots/tricks.py")
-    assert tricks.find_tricks(script) == [(2, "keep it on the device so no copies"), (4, "fuse | ops")]
+    assert tricks.find_tricks(script) == [
+        (2, "keep it on the device so no copies"),
+        (4, "fuse | ops"),
+        (7, "indented goes on"),
+    ]
 
 
 def test_results_lines_are_read_strictly():
