@@ -15,13 +15,21 @@ Each row gives items/s and MB/s (add: bytes stored per item; sample: bytes deliv
 the study's required rate for that algorithm, and the bytes the buffer stores per item. The twins'
 functions are also timed under ``torch.compile`` (as the twins run them) unless ``--no-compile``.
 
+A second section compares R2D2's prioritized samplers at 1e4, 1e5 and 1e6 slots: the sum tree as the twin
+defines it (its own ``new_sum_tree``, ``tree_sample`` and ``update_priorities``) against stratified draws over
+a cumulative sum (``cumsum_sample`` below, the alternative: ``torch.cumsum`` + ``torch.searchsorted``, the
+update an index write), eager and compiled. Each sampler's draws are checked against priority^alpha / sum
+(chi-square) before it is timed; one that fails is reported as ``FAIL`` and not timed.
+
 Run::
 
-    python benchmarks/replay.py [--quick] [--device cpu|cuda] [--buffers dqn_atari,sac] [--out DIR]
+    python benchmarks/replay.py [--quick] [--device cpu|cuda] [--buffers dqn_atari,sac] [--only samplers]
+                                [--out DIR]
 
 A full run writes ``benchmarks/results/replay_<device-tag>.md`` and ``.json`` (committed); ``--quick``
-(small capacities, for CI) writes ``runs/benchmarks/replay_<device-tag>_quick.*`` and never replaces a
-full report. ``python plots/plot.py --replay benchmarks/results/replay_cpu.md`` splices the table into
+(small capacities, for CI; the samplers at 1e4 only) writes ``runs/benchmarks/replay_<device-tag>_quick.*``
+and never replaces a full report; ``--only samplers`` (or ``buffers``) writes ``replay_<device-tag>_samplers.*``
+beside it, not over it. ``python plots/plot.py --replay benchmarks/results/replay_cpu.md`` splices the table into
 the README.
 """
 
@@ -30,6 +38,7 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib.util
+import math
 import statistics
 import sys
 import time
@@ -52,6 +61,7 @@ from benchmarks.rl_ops import (  # noqa: E402  (the machine stamp, timing and re
 )
 
 STUDY = ROOT.parent / "shared" / "anchors" / "replay_storage_rates.csv"
+SECTIONS = ["buffers", "samplers"]  # the buffers against the study's rates; R2D2's sum tree against a cumsum sampler
 
 
 def load_script(name):
@@ -268,6 +278,217 @@ CASES = {
 
 
 # ---------------------------------------------------------------------------------------------------
+# R2D2's prioritized sampler: the twin's sum tree against stratified draws over a cumulative sum
+# ---------------------------------------------------------------------------------------------------
+
+SAMPLER_SCRIPT = "r2d2_atari_envpool_torchcompile"  # the sum tree as the twin defines it (its own functions)
+SAMPLER_CAPACITIES, SAMPLER_QUICK_CAPACITIES = (10_000, 100_000, 1_000_000), (10_000,)
+SAMPLER_BATCH, SAMPLER_ALPHA, SAMPLER_BETA = 64, 0.9, 0.6  # R2D2's batch, priority and importance exponents
+CHECK_BINS, CHECK_CALLS = 64, 1000  # the distribution check: 64k draws, counted in 64 bins of slots
+
+
+def cumsum_sample(leaves, batch_size, beta):
+    """The alternative under comparison (not in any script): stratified draws over the cumulative sum of the
+    leaves (priority ** alpha per slot, kept so by cumsum_update), one uniform per stratum, found by searchsorted;
+    importance weights as the twin's tree_sample gives them. Every draw reads every slot: linear in the capacity."""
+    cdf = torch.cumsum(leaves, 0)
+    u = (torch.arange(batch_size, device=leaves.device) + torch.rand(batch_size, device=leaves.device)) / batch_size
+    # right=True: the first slot whose cumulative sum exceeds u, so a zero leaf is never drawn
+    index = torch.searchsorted(cdf, u * cdf[-1], right=True).clamp(max=leaves.shape[0] - 1)
+    p = leaves[index]
+    return index, (p / p.min()) ** -beta
+
+
+def cumsum_update(store, index, priorities, alpha):
+    """The cumulative-sum store's priority update: an index write of priority ** alpha (the sum is made per draw),
+    the running max kept as the twin's update_priorities keeps it."""
+    store["leaves"].index_put_((index,), priorities**alpha)
+    store["max_priority"].copy_(torch.maximum(store["max_priority"], priorities.max()))
+
+
+def check_priorities(capacity, device, generator=None):
+    """Priorities that make a wrong sampler visible in CHECK_BINS bins of slots (slot i in bin i % CHECK_BINS): the
+    bins' masses grow 64-fold, so uniform draws or draws shifted by one slot fail; a few slots are empty (zero)."""
+    slot = torch.arange(capacity)
+    priorities = (torch.rand(capacity, generator=generator) + 0.5) * (1 + slot % CHECK_BINS)
+    priorities[slot % 997 == 5] = 0.0
+    return priorities.to(device)
+
+
+@dataclass
+class Sampler:
+    """One filled prioritized store: sample() draws a batch (index, weights); update() writes the new priorities
+    `new` of a fixed sampled batch back; step() samples and writes `new` back at the drawn slots, as the twin's update
+    does; leaves() is priority ** alpha per slot as the store holds it."""
+
+    sample: Callable
+    update: Callable
+    step: Callable
+    leaves: Callable
+    new: torch.Tensor
+
+
+def tree_sampler(module, capacity, device, compiled, priorities, batch_size=SAMPLER_BATCH):
+    """The twin's sum tree, driven by its own new_sum_tree, tree_sample and update_priorities."""
+    store = dict(tree=module.new_sum_tree(capacity, device), max_priority=torch.ones((), device=device))
+    module.update_priorities(store, torch.arange(capacity, device=device), priorities, SAMPLER_ALPHA)
+    return _driven(
+        store,
+        lambda store: module.tree_sample(store["tree"], batch_size, SAMPLER_BETA),
+        lambda store, index, new: module.update_priorities(store, index, new, SAMPLER_ALPHA),
+        lambda: store["tree"][store["tree"].shape[0] // 2 :][:capacity],
+        compiled,
+        batch_size,
+    )
+
+
+def cumsum_sampler(module, capacity, device, compiled, priorities, batch_size=SAMPLER_BATCH):
+    """Stratified draws over a cumulative sum (cumsum_sample, cumsum_update above)."""
+    store = dict(leaves=torch.zeros(capacity, device=device), max_priority=torch.ones((), device=device))
+    cumsum_update(store, torch.arange(capacity, device=device), priorities, SAMPLER_ALPHA)
+    return _driven(
+        store,
+        lambda store: cumsum_sample(store["leaves"], batch_size, SAMPLER_BETA),
+        lambda store, index, new: cumsum_update(store, index, new, SAMPLER_ALPHA),
+        lambda: store["leaves"],
+        compiled,
+        batch_size,
+    )
+
+
+def _driven(store, sample, update, leaves, compiled, batch_size):
+    device = store["max_priority"].device
+    new = torch.rand(batch_size, device=device) + 0.5
+
+    def step(store):  # as the twin's update runs them: draw, learn (not timed here), write the priorities back
+        index, weights = sample(store)
+        update(store, index, new)
+        return index, weights
+
+    sample_fn, update_fn, step_fn = sample, update, step
+    if compiled:  # static shapes, one graph each, as the twin compiles them (dynamic=False: a graph per capacity)
+        sample_fn, update_fn, step_fn = (
+            torch.compile(f, fullgraph=True, dynamic=False) for f in (sample, update, step)
+        )
+    index = sample(store)[0]
+    return Sampler(
+        sample=lambda: sample_fn(store),
+        update=lambda: update_fn(store, index, new),
+        step=lambda: step_fn(store),
+        leaves=leaves,
+        new=new,
+    )
+
+
+SAMPLERS = {
+    "sum tree": ("twin's `tree_sample` + `update_priorities`", tree_sampler),
+    "cumsum": ("`torch.cumsum` + `torch.searchsorted`, index write", cumsum_sampler),
+}
+
+
+def chi_square_check(draw, leaves, calls=CHECK_CALLS, bins=CHECK_BINS):
+    """Counts of `calls` batches of draws in `bins` bins (slot i in bin i % bins) against the leaves' shares, as a
+    chi-square statistic with its bound (dof + 6 sqrt(2 dof): a multinomial sample passes with p > 1 - 1e-6, and
+    stratified draws vary less than multinomial ones). Also fails on a draw outside the slots or on an empty one."""
+    leaves = leaves.double().cpu()
+    index = torch.cat([draw()[0].cpu() for _ in range(calls)])
+    if index.min() < 0 or index.max() >= len(leaves):
+        return dict(ok=False, error=f"a draw outside the {len(leaves)} slots: {int(index.min())}..{int(index.max())}")
+    if (leaves[index] == 0).any():
+        return dict(ok=False, error="an empty slot (zero priority) was drawn")
+    slot_bins = torch.arange(len(leaves)) % bins
+    expected = torch.zeros(bins, dtype=torch.float64).index_add_(0, slot_bins, leaves) / leaves.sum() * len(index)
+    observed = torch.bincount(slot_bins[index], minlength=bins).double()
+    full = expected > 0  # a bin of empty slots only: no draw lands there (checked above), no term
+    chi2, dof = float(((observed - expected)[full] ** 2 / expected[full]).sum()), int(full.sum()) - 1
+    bound = dof + 6 * math.sqrt(2 * dof)
+    return dict(ok=chi2 <= bound, chi2=chi2, dof=dof, bound=bound, draws=len(index))
+
+
+def measure_samplers(capacity, device, compiled, budget_s, module=None):
+    """One row per sampler: its draws checked against priority ** alpha / sum, then (only if they pass) one sample,
+    one update and one sample + update of SAMPLER_BATCH timed."""
+    module = module or load_script(SAMPLER_SCRIPT)
+    rows = []
+    for name, (how, build) in SAMPLERS.items():
+        torch.manual_seed(0)
+        priorities = check_priorities(capacity, device)
+        row = dict(
+            section="sampler",
+            sampler=name,
+            how=how,
+            script=f"{SAMPLER_SCRIPT}.py",
+            form="compiled" if compiled else "as written",
+            capacity=capacity,
+            batch=SAMPLER_BATCH,
+        )
+        try:
+            sampler = build(module, capacity, device, compiled, priorities)
+            expected = priorities.double().cpu() ** SAMPLER_ALPHA
+            check = chi_square_check(sampler.sample, expected)
+            if check["ok"]:  # then one step: its update writes new ** alpha at the drawn slots, the draws follow
+                expected[sampler.step()[0].cpu()] = sampler.new.double().cpu() ** SAMPLER_ALPHA
+                if not torch.allclose(sampler.leaves().double().cpu(), expected, rtol=1e-5):
+                    check = dict(ok=False, error="after an update the leaves are not priority ** alpha")
+                else:
+                    check = chi_square_check(sampler.sample, expected)
+        except Exception as exc:  # noqa: BLE001  (a form that does not run is reported, not timed)
+            check = dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+        row["check"] = check
+        if check["ok"]:
+            for op, fn in (("sample", sampler.sample), ("update", sampler.update), ("step", sampler.step)):
+                row[f"{op}_us"] = seconds_per_call(fn, device, budget_s) * 1e6
+        rows.append(row)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def run_samplers(args):
+    device = torch.device(args.device)
+    module = load_script(SAMPLER_SCRIPT)
+    rows = []
+    for capacity in SAMPLER_QUICK_CAPACITIES if args.quick else SAMPLER_CAPACITIES:
+        for compiled in [False] + ([] if args.no_compile else [True]):
+            t0 = time.perf_counter()
+            for row in measure_samplers(capacity, device, compiled, args.budget, module):
+                rows.append(row)
+                result = f"{row['step_us']:>10,.1f} us/step" if row["check"]["ok"] else "FAIL " + str(row["check"])
+                print(
+                    f"sampler    {row['sampler']:10s} {row['form']:10s} {capacity:>9,} {result} "
+                    f"({time.perf_counter() - t0:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return rows
+
+
+def samplers_markdown(rows):
+    """The comparison: per capacity and form, the two samplers side by side (µs; FAIL: wrong draws, not timed)."""
+    lines = [
+        "R2D2's prioritized sampler: the twin's sum tree against stratified draws over a cumulative sum, "
+        f"batch {SAMPLER_BATCH}, priority exponent {SAMPLER_ALPHA}. µs per call (median after warm-up); step = one "
+        "sample + one priority update of the sampled slots, as the twin's update runs them. Each sampler's draws were "
+        f"checked first ({CHECK_CALLS * SAMPLER_BATCH:,} draws in {CHECK_BINS} bins of slots against "
+        "priority^alpha / sum, chi-square, before and after an update; no empty slot drawn); FAIL = wrong draws, "
+        "not timed.",
+        "",
+        "| slots | form | sampler | chi² (bound) | sample µs | update µs | step µs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        c = r["check"]
+        chi = f"{c['chi2']:.0f} ({c['bound']:.0f})" if "chi2" in c else c.get("error", "")
+        times = (
+            " | ".join(f"{r[f'{op}_us']:,.1f}" for op in ("sample", "update", "step"))
+            if c["ok"]
+            else "FAIL | FAIL | FAIL"
+        )
+        lines.append(f"| {r['capacity']:,} | {r['form']} | {r['sampler']}: {r['how']} | {chi} | {times} |")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------
 # Timing and the report
 # ---------------------------------------------------------------------------------------------------
 
@@ -365,12 +586,21 @@ def run(args):
 
 def to_markdown(report):
     lines = [machine_line(report["machine"]), ""]
-    lines += [
+    if report["rows"] or not report.get("samplers"):
+        lines += buffers_markdown(report["rows"])
+    if report.get("samplers"):
+        lines += samplers_markdown(report["samplers"]) + [""]
+    lines += [f"Command: `{report['command']}`; total {report['wall_s']:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def buffers_markdown(rows):
+    lines = [
         "| buffer | script | form | capacity | stored B/item | op | items/call | µs/call | items/s | MB/s "
         "| study needs items/s (MB/s) | × need |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in report["rows"]:
+    for r in rows:
         need = (
             f"{r['study_items_per_s']:,.0f} ({r['study_mb_per_s']:,.1f}) at {r['study_capacity']:,}"
             if r.get("study_items_per_s")
@@ -390,10 +620,8 @@ def to_markdown(report):
         "a sequence (40 burn-in + 80 steps); add is 40 steps of 32 envs, which complete 32 sequences; update writes "
         "a sampled batch's priorities back into the sum tree (the study gives no rate for it).",
         "",
-        f"Command: `{report['command']}`; total {report['wall_s']:.0f} s.",
-        "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def parse_args(argv=None):
@@ -406,6 +634,12 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--out", default=None, help=f"folder (default {FULL_OUT}; --quick: {QUICK_OUT})")
     p.add_argument("--tag", default=None, help="file suffix (default: the device, e.g. cpu; cpu_quick with --quick)")
+    p.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated sections, of {','.join(SECTIONS)} (default: all); a run of some sections writes "
+        "replay_<device>_<sections>.* unless --tag says otherwise, never the full report",
+    )
     args = p.parse_args(argv)
     if args.out is None:
         args.out = str(ROOT / (QUICK_OUT if args.quick else FULL_OUT))
@@ -421,20 +655,29 @@ def main(argv=None):
     if unknown:
         print(f"replay.py: error: --buffers: unknown {unknown}; known: {sorted(CASES)}", file=sys.stderr)
         return 2
+    sections = SECTIONS if args.only is None else [s for s in SECTIONS if s in args.only.split(",")]
+    unknown = sorted(set(args.only.split(",")) - set(SECTIONS)) if args.only is not None else []
+    if unknown or not sections:
+        print(f"replay.py: error: --only: unknown {unknown or [args.only]}; known: {SECTIONS}", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     start = time.perf_counter()
     info = machine_info(device)
-    rows = run(args)
+    rows = run(args) if "buffers" in sections else []
+    samplers = run_samplers(args) if "samplers" in sections else []
     report = {
         "machine": info,
         "quick": args.quick,
         "command": "python benchmarks/replay.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "wall_s": time.perf_counter() - start,
+        "sections": sections,
         "rows": rows,
+        "samplers": samplers,
     }
-    tag = args.tag or device_tag(device) + ("_quick" if args.quick else "")
+    part = "" if sections == SECTIONS else "_" + "_".join(sections)  # a partial run never replaces the full report
+    tag = args.tag or device_tag(device) + part + ("_quick" if args.quick else "")
     return write_or_refuse(report, args.out, tag, prefix="replay", render=to_markdown)
 
 

@@ -260,6 +260,7 @@ def buffer_device(args, device):
         chosen = torch.device("cpu")
     else:
         chosen = torch.device(args.buffer_device)
+    # trick: a CUDA graph samples from the replay memory inside the graph, so the memory must live on the GPU
     if getattr(args, "cudagraphs", False) and chosen.type != "cuda":
         fail(f"--cudagraphs needs the replay memory on the GPU: --buffer-size {args.buffer_size} does not fit there")
     if need > available_memory(chosen):
@@ -462,11 +463,13 @@ def priority_mix(abs_td, valid, eta):
 # tree[1] is the root, node i has the children 2i and 2i + 1, the leaves (priority^alpha per sequence slot) sit at
 # [C, 2C), C a power of two. Every operation is a fixed number of tensor ops: no host sync, no data-dependent shape.
 # Why a tree and not stratified draws over a cumulative sum: one sample + one priority update of 64 slots, in us,
-# compiled as the twin runs them (shared 2-core AMD EPYC, one thread, torch 2.13 CPU; eager in brackets):
+# compiled as the twin runs them, eager in brackets (shared 2-core AMD EPYC, torch 2.13 CPU, OMP_NUM_THREADS=1
+# `python benchmarks/replay.py --only samplers --threads 1 --budget 1`; benchmarks/results/replay_cpu_samplers.md):
 #   slots        1e4          1e5           1e6
-#   sum tree     88 (636)     112 (769)     151 (931)
-#   cumsum       73 (46)      179 (146)     1143 (1035)
-# The cumulative sum reads every slot per draw (linear in the capacity); the tree walks log2(capacity) levels.
+#   sum tree     78 (732)     98 (811)      123 (925)
+#   cumsum       63 (78)      164 (150)     1192 (1079)
+# The cumulative sum is faster at 1e4 but reads every slot per draw (linear in the capacity); the tree walks
+# log2(capacity) levels and is faster from 1e5 on, so the tree is kept.
 
 
 def new_sum_tree(capacity, device="cpu"):

@@ -61,7 +61,13 @@ def test_quick_report_has_every_row_with_finite_rates_and_the_study_beside_it(tm
             assert row["item_bytes"] == row["stored_bytes_per_item"]
         if row["study"] and row["op"] != "update":  # the study gives add and sample rates only
             assert row["times_study"] == pytest.approx(row["items_per_s"] / row["study_items_per_s"])
-    assert md.startswith("Measured on CPU only; CPU ") and md.count("\n| ") == expected + 1
+    # the sampler comparison, at 1e4 slots only: each sampler checked and timed, its rows in the same report
+    assert [(r["sampler"], r["capacity"], r["form"]) for r in report["samplers"]] == [
+        (name, 10_000, "as written") for name in replay.SAMPLERS
+    ]
+    assert all(r["check"]["ok"] and r["step_us"] > 0 for r in report["samplers"]), report["samplers"]
+    assert md.startswith("Measured on CPU only; CPU ") and md.count("\n| ") == expected + 1 + len(replay.SAMPLERS) + 1
+    assert "| 10,000 | as written | sum tree: twin's `tree_sample`" in md and "| 10,000 | as written | cumsum: " in md
 
 
 def test_frame_store_keeps_each_frame_once_and_samples_whole_stacks():
@@ -91,3 +97,54 @@ def test_priority_update_writes_the_sampled_leaves_of_the_sum_tree():
         bench.update()
         assert not torch.equal(before[leaves + index], tree[leaves + index]), script
         torch.testing.assert_close(tree[1], tree[leaves:].sum(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(replay.SAMPLERS))
+def test_each_sampler_draws_slots_in_proportion_to_priority_to_the_alpha(name):
+    """The comparison is fair only if both samplers draw the same distribution: over 1e5 draws from 37 slots (one
+    empty, a size the tree pads to 64) each slot's frequency matches priority ** alpha / sum within a chi-square
+    bound, the empty slot is never drawn, and the same holds after an update rewrote the drawn slots."""
+    torch.manual_seed(0)
+    priorities = torch.rand(37) * torch.arange(1, 38) + 0.01
+    priorities[11] = 0.0
+    sampler = replay.SAMPLERS[name][1](
+        replay.load_script(replay.SAMPLER_SCRIPT), 37, torch.device("cpu"), False, priorities
+    )
+    expected = priorities.double() ** replay.SAMPLER_ALPHA
+    check = replay.chi_square_check(sampler.sample, expected, calls=1563, bins=37)
+    assert check["ok"] and check["draws"] >= 100_000, check
+    expected[sampler.step()[0]] = sampler.new.double() ** replay.SAMPLER_ALPHA
+    torch.testing.assert_close(sampler.leaves().double(), expected, rtol=1e-6, atol=0)
+    assert replay.chi_square_check(sampler.sample, expected, calls=1563, bins=37)["ok"]
+
+
+def test_a_sampler_with_wrong_draws_is_reported_and_not_timed(tmp_path, monkeypatch):
+    """The check has teeth (uniform draws, or draws one slot off, fail it), a failing sampler's row says FAIL and
+    holds no times, and --only samplers writes its own file, never the full report."""
+    priorities = replay.check_priorities(4096, torch.device("cpu"))
+    uniform = lambda: (torch.randint(4096, (64,)), None)  # noqa: E731
+    shifted = lambda: (((replay.cumsum_sample(priorities**0.9, 64, 0.6)[0] + 1) % 4096), None)  # noqa: E731
+    for wrong in (uniform, shifted):
+        assert not replay.chi_square_check(wrong, priorities**0.9)["ok"]
+
+    def uniform_sampler(module, capacity, device, compiled, priorities):
+        sampler = replay.cumsum_sampler(module, capacity, device, compiled, priorities)
+        sampler.sample = lambda: (torch.randint(capacity, (64,)), torch.ones(64))
+        return sampler
+
+    monkeypatch.setattr(replay, "SAMPLER_QUICK_CAPACITIES", (4096,))
+    monkeypatch.setitem(replay.SAMPLERS, "uniform", ("a broken one", uniform_sampler))
+    argv = ["--quick", "--only", "samplers", "--no-compile", "--budget", "0.01", "--out", str(tmp_path)]
+    assert replay.main(argv) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "replay_cpu_samplers_quick.json",
+        "replay_cpu_samplers_quick.md",
+    ]
+    report = json.loads((tmp_path / "replay_cpu_samplers_quick.json").read_text())
+    assert report["rows"] == [] and report["sections"] == ["samplers"]
+    ok = {r["sampler"]: r["check"]["ok"] for r in report["samplers"]}
+    assert ok == {"sum tree": True, "cumsum": True, "uniform": False}
+    assert "step_us" not in report["samplers"][-1]
+    md = (tmp_path / "replay_cpu_samplers_quick.md").read_text()
+    assert "| FAIL | FAIL | FAIL |" in md and "| buffer |" not in md
+    assert replay.main(["--only", "nope"]) == 2
