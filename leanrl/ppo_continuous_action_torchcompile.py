@@ -24,7 +24,6 @@ import torch.nn as nn
 import torch.optim as optim
 import tqdm
 import tyro
-from tensordict import TensorDict
 from tensordict.nn import CudaGraphModule
 from torch.distributions.normal import Normal
 
@@ -349,11 +348,46 @@ def ppo_loss(
     return loss, stats
 
 
-def update(agent, optimizer, batch, clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm):
-    """One gradient step on a minibatch (obs, actions, logprobs, values, advantages, returns); returns its losses."""
-    _, newlogprob, entropy, newvalue = agent.get_action_and_value(batch["obs"], batch["actions"])
+def policy_step(agent, obs, actions, logprobs, values, step):
+    """The rollout's policy step at `step` (a 1-element index tensor): samples an action for obs[step] and writes it,
+    its log-prob and the value into their (T, B) storage in place; returns the action."""
+    # trick: the step is an index tensor and the storage is written inside the step, so one compiled graph (and one
+    # CUDA graph) serves every step of every rollout, and its only input is the 8-byte index
+    with torch.no_grad():
+        action, logprob, _, value = agent.get_action_and_value(obs[step].flatten(0, 1))
+        actions[step] = action
+        logprobs[step] = logprob
+        values[step] = value.flatten()
+    return action
+
+
+def advantages_and_returns(agent, obs, rewards, dones, values, advantages, returns, gamma, gae_lambda):
+    """The bootstrap value of obs[T] and GAE over the rollout storage, written into advantages and returns.
+
+    obs, rewards and dones hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done
+    flag), row 0 is the last row of the previous rollout.
+    """
+    # trick: the bootstrap value and GAE are one function of the storage, compiled (and captured) as one
+    with torch.no_grad():
+        next_value = agent.get_value(obs[-1]).flatten()
+        advantages.copy_(gae(rewards[1:], values, dones[:-1], next_value, dones[-1], gamma, gae_lambda))
+        returns.copy_(advantages + values)
+
+
+def update(
+    agent, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,
+    clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm,
+):  # fmt: skip
+    """One gradient step on the minibatch mb_inds of the flat batch (obs, actions, ...: T * B rows); returns its
+    losses."""
+    # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once
+    # and the indices are the only input, so no field is gathered outside the graph and then copied into it again
+    obs, actions, logprobs, advantages, returns, values = [
+        x[mb_inds] for x in (obs, actions, logprobs, advantages, returns, values)
+    ]
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
     loss, stats = ppo_loss(
-        newlogprob, batch["logprobs"], entropy, newvalue, batch["values"], batch["advantages"], batch["returns"],
+        newlogprob, logprobs, entropy, newvalue, values, advantages, returns,
         clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
     )  # fmt: skip
     # trick: the grads are set to None by hand, as zero_grad does: torch.compile does not trace Optimizer.zero_grad
@@ -549,25 +583,49 @@ def main(args):
         capturable=device.type == "cuda" and not args.compile,
     )
 
+    # ALGO Logic: Storage setup
+    # trick: T + 1 rows, each written in place where the data lands, and what the env returns at step t (observation,
+    # reward, done flag) is one row t + 1 of one tensor: obs, rewards and dones are views of it. Row T is the bootstrap
+    # input and becomes row 0 of the next rollout. No per-step tensors, no TensorDicts to validate and stack
+    obs_dim = envs.single_observation_space.shape[0]
+    env_out = torch.zeros((args.num_steps + 1, args.num_envs, obs_dim + 2), device=device)
+    obs, rewards, dones = env_out[..., :obs_dim], env_out[..., obs_dim], env_out[..., obs_dim + 1]
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    advantages = torch.zeros((args.num_steps, args.num_envs), device=device)
+    returns = torch.zeros((args.num_steps, args.num_envs), device=device)
+    # trick: numpy writes the env's arrays into a host copy of that tensor (no torch op per array); on CPU the host copy
+    # is the storage itself, on CUDA it is pinned and each row goes to the device in one non_blocking copy, not three
+    # (a row is written again only in the next rollout, long after its copy is done)
+    host = env_out if device.type == "cpu" else torch.zeros(env_out.shape, pin_memory=True)
+    host_np = host.numpy()
+    step_index = torch.arange(args.num_steps, device=device)
+
     # trick: torch.compile fuses the many small kernels of the policy step, GAE and the update, and removes most of
     # their Python overhead; CudaGraphModule records each as a CUDA graph and replays it with one launch. The
-    # non-tensor arguments are bound with partial: a CUDA graph takes only tensors. The warmup calls run before the
+    # storage, the flat batch (views of it) and the non-tensor arguments are bound once with partial: no graph copies
+    # them, and a CUDA graph takes only tensors (here an index tensor or nothing). The warmup calls run before the
     # graph is recorded, so the compiler has finished and Adam has made its state by then.
-    policy, gae_fn, update_fn = agent.get_action_and_value, gae, update
+    policy, advantages_fn, update_fn = policy_step, advantages_and_returns, update
     if args.compile:
         # trick: on CPU the policy step samples with aten's normal_ (fallback_random): inductor's own RNG goes through
         # a Python path on every call there, which made the compiled step no faster than the eager one (about 230 us
         # per step either way, 170 us with aten's). On GPU inductor's RNG is fused into the kernel and is kept.
         policy = torch.compile(policy, options={"fallback_random": device.type == "cpu"})
-        gae_fn, update_fn = torch.compile(gae_fn), torch.compile(update_fn)
-    gae_fn = partial(gae_fn, gamma=args.gamma, gae_lambda=args.gae_lambda)
+        advantages_fn, update_fn = torch.compile(advantages_fn), torch.compile(update_fn)
+    policy = partial(policy, agent, obs, actions, logprobs, values)
+    advantages_fn = partial(
+        advantages_fn, agent, obs, rewards, dones, values, advantages, returns, args.gamma, args.gae_lambda
+    )
     update_fn = partial(
-        update_fn, agent, optimizer, clip_coef=args.clip_coef, ent_coef=args.ent_coef, vf_coef=args.vf_coef,
-        norm_adv=args.norm_adv, clip_vloss=args.clip_vloss, max_grad_norm=args.max_grad_norm,
+        update_fn, agent, optimizer, obs[:-1].flatten(0, 1), actions.flatten(0, 1), logprobs.view(-1),
+        advantages.view(-1), returns.view(-1), values.view(-1), clip_coef=args.clip_coef, ent_coef=args.ent_coef,
+        vf_coef=args.vf_coef, norm_adv=args.norm_adv, clip_vloss=args.clip_vloss, max_grad_norm=args.max_grad_norm,
     )  # fmt: skip
     if args.cudagraphs:
         policy = CudaGraphModule(policy, warmup=5)
-        gae_fn = CudaGraphModule(gae_fn, warmup=5)
+        advantages_fn = CudaGraphModule(advantages_fn, warmup=5)
         update_fn = CudaGraphModule(update_fn, warmup=5)
 
     # run bookkeeping: the results line is written in `finally`, also when the run fails
@@ -579,9 +637,8 @@ def main(args):
     returns_csv.write("step,wall_s,return\n")
     try:
         next_obs, _ = envs.reset(seed=args.seed)
-        # trick: non_blocking host-to-device copies, and tensors made directly on the device
-        next_obs = torch.as_tensor(next_obs, dtype=torch.float32).to(device, non_blocking=True)
-        next_done = torch.zeros(args.num_envs, device=device)
+        host_np[-1, :, :obs_dim] = next_obs  # the first rollout's row 0; not done
+        env_out[-1].copy_(host[-1])
         pbar = tqdm.trange(1, args.num_iterations + 1, desc=Path(__file__).stem, unit="it")
         for iteration in pbar:
             # Annealing the rate if instructed to do so.
@@ -590,31 +647,19 @@ def main(args):
                 lrnow = frac * args.learning_rate
                 optimizer.param_groups[0]["lr"].fill_(lrnow)
 
-            # trick: the rollout is a list of per-step TensorDicts on the device, stacked once at the end
-            ts = []
-            for _step in range(0, args.num_steps):
+            env_out[0] = env_out[-1]
+            for step in range(0, args.num_steps):
                 global_step += args.num_envs
 
                 # ALGO LOGIC: action logic
-                with torch.no_grad():
-                    action, logprob, _, value = policy(next_obs)
+                action = policy(step_index[step : step + 1])
 
                 # TRY NOT TO MODIFY: execute the game and log data.
-                next_obs_np, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-                ts.append(
-                    TensorDict(
-                        obs=next_obs,
-                        dones=next_done,
-                        values=value.flatten(),
-                        actions=action,
-                        logprobs=logprob,
-                        rewards=torch.as_tensor(reward, dtype=torch.float32).to(device, non_blocking=True),
-                        batch_size=(args.num_envs,),
-                    )
-                )
-                next_done = np.logical_or(terminations, truncations)
-                next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32).to(device, non_blocking=True)
-                next_done = torch.as_tensor(next_done, dtype=torch.float32).to(device, non_blocking=True)
+                next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                row = host_np[step + 1]
+                row[:, :obs_dim], row[:, obs_dim], row[:, obs_dim + 1] = next_obs, reward, terminations | truncations
+                if host is not env_out:
+                    env_out[step + 1].copy_(host[step + 1], non_blocking=True)
 
                 for episodic_return, episodic_length in finished_episodes(infos):
                     episode_returns.append(episodic_return)
@@ -625,18 +670,8 @@ def main(args):
                             step=global_step,
                         )
 
-            container = torch.stack(ts)
-
             # bootstrap value if not done
-            with torch.no_grad():
-                next_value = agent.get_value(next_obs).flatten()
-                container["advantages"] = gae_fn(
-                    container["rewards"], container["values"], container["dones"], next_value, next_done
-                )
-                container["returns"] = container["advantages"] + container["values"]
-
-            # flatten the batch
-            container_flat = container.view(-1)
+            advantages_fn()
 
             # Optimizing the policy and value network
             for _epoch in range(args.update_epochs):
@@ -644,7 +679,7 @@ def main(args):
                 # losses stay on the device until the log point below
                 b_inds = torch.randperm(args.batch_size, device=device).split(args.minibatch_size)
                 for mb_inds in b_inds:
-                    stats = update_fn(container_flat[mb_inds])
+                    stats = update_fn(mb_inds)
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                     break
 

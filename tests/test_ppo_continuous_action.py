@@ -6,6 +6,7 @@ import copy
 import csv
 import re
 import types
+from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,7 +15,6 @@ import torch
 import tyro
 from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script
 from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
-from tensordict import TensorDict
 
 EAGER, TWIN = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
 SCRIPTS = [EAGER, TWIN]
@@ -118,35 +118,46 @@ SPACES = types.SimpleNamespace(
 HYPER = dict(clip_coef=0.2, ent_coef=0.01, vf_coef=0.5, norm_adv=True, clip_vloss=True, max_grad_norm=0.5)
 
 
-def minibatch(n, seed):
+FIELDS = ("obs", "actions", "logprobs", "advantages", "returns", "values")  # the twin's update takes them in this order
+
+
+def flat_batch(n, seed):
+    """A random flat batch of n samples: the tensors the twin's update is bound to, in FIELDS order."""
     g = torch.Generator().manual_seed(seed)
-    logprobs = torch.randn(n, generator=g) - 2.0
     values = torch.randn(n, generator=g)
-    return TensorDict(
-        obs=torch.randn(n, 5, generator=g),
-        actions=torch.randn(n, 2, generator=g),
-        logprobs=logprobs,
-        values=values,
-        advantages=torch.randn(n, generator=g),
-        returns=values + torch.randn(n, generator=g),
-        batch_size=(n,),
+    return (
+        torch.randn(n, 5, generator=g),
+        torch.randn(n, 2, generator=g),
+        torch.randn(n, generator=g) - 2.0,
+        torch.randn(n, generator=g),
+        values + torch.randn(n, generator=g),
+        values,
     )
 
 
+def minibatches(n, size, seed):
+    """The shuffled minibatch indices of one epoch, as the twin draws them: views of one permutation."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).split(size)
+
+
 def test_twin_update_equals_eager_update():
-    """Same weights, same minibatches: the twin's update (tensor lr) moves the weights as the eager one does."""
+    """Same weights, same minibatches: the twin's update, which gathers its minibatch from the whole flat batch by
+    index (tensor lr), moves the weights as the eager one does on the minibatch gathered for it."""
     torch.manual_seed(0)
     agent_e = eager.Agent(SPACES)
     agent_t = twin.Agent(SPACES)
     agent_t.load_state_dict(agent_e.state_dict())
     opt_e = torch.optim.Adam(agent_e.parameters(), lr=3e-4, eps=1e-5)
     opt_t = torch.optim.Adam(agent_t.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
-    for seed in range(3):
-        batch = minibatch(64, seed)
-        want = eager.update(agent_e, opt_e, dict(batch.items()), **HYPER)
-        got = twin.update(agent_t, opt_t, batch, **HYPER)
+    batch = flat_batch(256, 0)
+    for mb_inds in minibatches(256, 64, 1)[:3]:
+        want = eager.update(agent_e, opt_e, {k: x[mb_inds] for k, x in zip(FIELDS, batch)}, **HYPER)
+        got = twin.update(agent_t, opt_t, *batch, mb_inds, **HYPER)
         torch.testing.assert_close(got, want)
     torch.testing.assert_close(agent_t.state_dict(), agent_e.state_dict())
+    # the minibatch matters: the same step on other rows of the batch gives other losses
+    other = twin.update(copy.deepcopy(agent_t), copy.deepcopy(opt_t), *batch, minibatches(256, 64, 2)[0], **HYPER)
+    assert other["loss"] != got["loss"]
 
 
 def test_compiled_update_equals_eager_update():
@@ -156,37 +167,83 @@ def test_compiled_update_equals_eager_update():
     agent_c = copy.deepcopy(agent)
     opt = torch.optim.Adam(agent.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
     opt_c = torch.optim.Adam(agent_c.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
+    batch = flat_batch(256, 0)
+    mb_inds = minibatches(256, 64, 0) + minibatches(256, 64, 1)
     # one eager step each first, so Adam's state exists and the compiled function is compiled once, not twice
     for a, o in ((agent, opt), (agent_c, opt_c)):
-        twin.update(a, o, minibatch(64, 0), **HYPER)
+        twin.update(a, o, *batch, mb_inds[0], **HYPER)
     compiled = torch.compile(twin.update)
-    for seed in range(1, 4):
-        if seed == 2:  # the annealing writes the tensor lr in place: no recompile, and the step uses the new value
+    for i in range(1, 6):
+        if i == 3:  # the annealing writes the tensor lr in place: no recompile, and the step uses the new value
             opt.param_groups[0]["lr"].fill_(1e-4)
             opt_c.param_groups[0]["lr"].fill_(1e-4)
-        batch = minibatch(64, seed)
-        want = twin.update(agent, opt, batch, **HYPER)
-        with torch._dynamo.config.patch(error_on_recompile=seed > 1):
-            got = compiled(agent_c, opt_c, batch, **HYPER)
+        # other minibatches (views at other offsets of a permutation), the same bound batch: the one graph
+        want = twin.update(agent, opt, *batch, mb_inds[i], **HYPER)
+        with torch._dynamo.config.patch(error_on_recompile=i > 1):
+            got = compiled(agent_c, opt_c, *batch, mb_inds[i], **HYPER)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(agent_c.state_dict(), agent.state_dict(), rtol=1e-5, atol=1e-6)
     assert not torch.equal(agent.actor_logstd, torch.zeros_like(agent.actor_logstd)), "the update did nothing"
 
 
+def rollout_storage(T, B, seed):
+    """The twin's rollout storage with random contents: env_out (T + 1, B, 5 + 2) holds rows of (obs, reward, done),
+    with episode ends; returns env_out, its obs, rewards and dones views, and actions, logprobs, values."""
+    g = torch.Generator().manual_seed(seed)
+    env_out = torch.randn(T + 1, B, 5 + 2, generator=g)
+    env_out[..., -1] = (torch.rand(T + 1, B, generator=g) < 0.3).float()
+    obs, rewards, dones = env_out[..., :5], env_out[..., 5], env_out[..., 6]
+    return env_out, obs, rewards, dones, torch.zeros(T, B, 2), torch.zeros(T, B), torch.zeros(T, B)
+
+
 def test_twin_policy_step_compiles_whole_once_and_samples_as_eager():
-    """The policy step as the twin compiles it on CPU (fullgraph=True here, aten's RNG): one graph, no recompile for
-    new observations, and with the same seed the same actions, log-probs and values as the eager step."""
+    """The policy step as the twin compiles it on CPU (fullgraph=True here, aten's RNG): one graph for every step (the
+    step is an index tensor), and with the same seed it writes into the storage the actions, log-probs and values the
+    eager script's policy gives for obs[step]; what the env returned is left as it was."""
     torch.manual_seed(0)
     agent = twin.Agent(SPACES)
-    compiled = torch.compile(agent.get_action_and_value, fullgraph=True, options={"fallback_random": True})
-    for step in range(3):
-        obs = torch.randn(1, 5)
-        with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=step > 0):
-            torch.manual_seed(step)
-            got = compiled(obs)
-            torch.manual_seed(step)
-            want = agent.get_action_and_value(obs)
-        torch.testing.assert_close(got, want)
+    T, B = 4, 3
+    env_out, obs, _, _, actions, logprobs, values = rollout_storage(T, B, seed=1)
+    before = env_out.clone()
+    compiled = torch.compile(twin.policy_step, fullgraph=True, options={"fallback_random": True})
+    steps = torch.arange(T)
+    for step in range(T):
+        torch.manual_seed(step)
+        with torch.no_grad():
+            want = eager.Agent.get_action_and_value(agent, obs[step])
+        torch.manual_seed(step)
+        with torch._dynamo.config.patch(error_on_recompile=step > 0):
+            action = compiled(agent, obs, actions, logprobs, values, steps[step : step + 1])
+        torch.testing.assert_close(action, want[0])
+        torch.testing.assert_close(actions[step], want[0])
+        torch.testing.assert_close(logprobs[step], want[1])
+        torch.testing.assert_close(values[step], want[3].flatten())
+    assert torch.equal(env_out, before)
+    assert (logprobs != 0).all() and (values != 0).all(), "a step was not written"
+
+
+def test_twin_bootstrap_and_gae_compile_whole_to_the_float64_reference():
+    """The bootstrap value of obs[T] and GAE, one function of the storage compiled with fullgraph=True: the advantages
+    and returns it writes equal the float64 reference with next_value = V(obs[T]), and the next rollout (new numbers,
+    same storage) runs the same graph."""
+    torch.manual_seed(0)
+    agent = twin.Agent(SPACES)
+    T, B = 16, 3
+    env_out, obs, rewards, dones, _, _, values = rollout_storage(T, B, seed=2)
+    values.copy_(torch.randn(T, B, generator=torch.Generator().manual_seed(3)))
+    advantages, returns = torch.zeros(T, B), torch.zeros(T, B)
+    compiled = torch.compile(twin.advantages_and_returns, fullgraph=True)
+    for iteration in range(2):
+        with torch._dynamo.config.patch(error_on_recompile=iteration > 0):
+            compiled(agent, obs, rewards, dones, values, advantages, returns, 0.99, 0.95)
+        with torch.no_grad():
+            next_value = agent.get_value(obs[T]).flatten()
+        # rewards and dones as the eager script keeps them: row t of each is what step t returned
+        assert dones[1:T].sum() > 0 and 0 < dones[T].sum() < B and next_value.abs().min() > 0
+        want = gae_reference(rewards[1:], values, dones[:T], next_value, dones[T], 0.99, 0.95)
+        torch.testing.assert_close(advantages.double(), want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(returns.double(), want + values.double(), rtol=1e-5, atol=1e-5)
+        env_out[..., :6] += 0.5  # the next rollout's observations and rewards: same graph, new numbers
 
 
 def test_graph_breaks_of_the_twin_update_are_pytorchs_own():
@@ -204,8 +261,8 @@ def test_graph_breaks_of_the_twin_update_are_pytorchs_own():
 
     torch._dynamo.reset()
     counters.clear()
-    update = torch.compile(twin.update, backend=counting_backend)
-    update(agent, optimizer, minibatch(64, 0), **HYPER)
+    update = partial(torch.compile(twin.update, backend=counting_backend), agent, optimizer, *flat_batch(256, 0))
+    update(minibatches(256, 64, 0)[0], **HYPER)
     breaks = {reason.splitlines()[0]: count for reason, count in counters["graph_break"].items()}
     # torch 2.13 cuts the update into 4 graphs at 3 breaks, as dynamo counts them:
     # - loss.backward(): dynamo does not trace backward() (trace_autograd_ops is off), 1
@@ -213,11 +270,12 @@ def test_graph_breaks_of_the_twin_update_are_pytorchs_own():
     # Optimizer.zero_grad would add one more ("marked as skipped"): the twin sets the grads to None itself.
     assert breaks == {"Unsupported Tensor.backward() call": 1, "Call to `torch._dynamo.graph_break()`": 2}, breaks
     assert len(graphs) == 4
-    # nothing recompiles over several minibatches and an annealed lr (a tensor written in place)
+    # nothing recompiles over several minibatches (other indices, at other offsets) and an annealed lr (a tensor
+    # written in place)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        for seed in range(1, 5):
-            optimizer.param_groups[0]["lr"].fill_(3e-4 / (seed + 1))
-            update(agent, optimizer, minibatch(64, seed), **HYPER)
+        for i in range(1, 5):
+            optimizer.param_groups[0]["lr"].fill_(3e-4 / (i + 1))
+            update(minibatches(256, 64, i)[i % 4], **HYPER)
     assert len(graphs) == 4
 
 
