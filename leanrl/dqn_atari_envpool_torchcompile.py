@@ -147,6 +147,7 @@ def buffer_device(args, device):
         chosen = torch.device("cpu")
     else:
         chosen = torch.device(args.buffer_device)
+    # trick: --cudagraphs samples the replay memory inside the captured update, and a CUDA graph reads GPU memory only
     if getattr(args, "cudagraphs", False) and chosen.type != "cuda":
         fail(f"--cudagraphs needs the replay memory on the GPU: --buffer-size {args.buffer_size} does not fit there")
     if need > available_memory(chosen):
@@ -295,9 +296,11 @@ def dqn_target(next_q_values, rewards, terminated, gamma):
 # Per env a ring of `slots` single frames. The env's a-th observation (a = 0 is the first reset) is a stack whose
 # newest frame sits in slot a % slots; first[a % slots] says that observation began a game (envpool's reset stack
 # repeats that frame 4 times; a lost life does not restart the stack). The transition from observation a to a + 1
-# keeps its action, clipped reward and terminated flag in slot a, and is valid unless observation a + 1 began a game
-# (envpool's step after a game over only resets). With n frames written per env, the transitions a in
-# [max(0, n - slots + 3), n - 2] have all their frames in the ring: capacity = slots - 4 per env.
+# keeps its action, clipped reward and terminated flag in slot a. envpool's step after any done one (a lost life, a
+# game over, a truncation) is a reset step that ignores its action: transition a is valid unless transition a - 1
+# was terminated (a lost life counts) or observation a + 1 began a game (the reset after a game over or truncation).
+# With n frames written per env, the transitions a in [max(0, n - slots + 3), n - 2] have all their frames, and the
+# step data of transition a - 1, in the ring: capacity = slots - 4 per env.
 
 
 def new_frame_store(num_envs, capacity, device="cpu", frame_shape=(84, 84)):
@@ -354,9 +357,9 @@ def stack_frames(store, env, pos):
 def sample_indices(store, batch_size, tries=8):
     """Uniform (env, pos) of valid transitions, never one whose frames were overwritten or are not written yet.
 
-    Each draw takes the first of `tries` candidates that is not the reset step after a game over (those are one
-    in a game's length). If all `tries` miss (probability below 1e-10 in Atari), the draw moves to a neighbour: the
-    game's first transition after it, or the terminal one before it (two reset steps never follow each other).
+    Each draw takes the first of `tries` candidates that is not the reset step after a lost life or a game over
+    (those are one in a life's length). If all `tries` miss (probability below 1e-10 in Atari), the draw moves to a
+    neighbour: the first transition after it, or the done one before it (two reset steps never follow each other).
     """
     num_envs, slots = store["first"].shape
     n = store["count"]
@@ -366,7 +369,7 @@ def sample_indices(store, batch_size, tries=8):
     # trick: the range's bounds stay on the device (a modulo of wide random integers: no host sync, no bias that
     # matters at 2**62 / 1e6)
     pos = low + torch.randint(2**62, (tries, batch_size), device=device) % (n - 1 - low)
-    valid = ~store["first"][env, (pos + 1) % slots]
+    valid = ~(store["first"][env, (pos + 1) % slots] | store["terminated"][env, (pos - 1) % slots])
     pick = valid.int().argmax(dim=0, keepdim=True)  # the first valid candidate
     env, pos, missed = env.gather(0, pick)[0], pos.gather(0, pick)[0], ~valid.any(dim=0)
     neighbour = torch.where(pos < n - 2, pos + 1, (pos - 1).clamp(min=low))
@@ -593,7 +596,9 @@ def main(args):
                 if args.track:
                     wandb.log({"charts/episodic_return": episodic_return, "charts/epsilon": epsilon}, global_step)
 
-            # save data to the replay memory: the newest frame once, and whether it began a game (a reset step)
+            # save data to the replay memory: the newest frame once, and whether it began a game (envpool restarts
+            # the stack only there, not after a lost life). The sampler skips envpool's reset step after any done
+            # step, whose action is ignored: after a lost life by the terminated flag stored before it
             obs = to_device(next_obs)
             first = info["elapsed_step"] == 0
             step = (actions.to(store_device), to_store(rewards, torch.float32), to_store(terminations))

@@ -464,24 +464,28 @@ class ImageEnv(gym.Env):
     action_space = gym.spaces.Discrete(4)
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name,flags", VARIANTS, ids=["eager", "twin", "twin-compile"])
 @pytest.mark.parametrize(
     "args,flag", [*BAD_INPUTS, (["--env-id", "TestImageEnv-v0"], "--env-id"), (["--cudagraphs"], "--cudagraphs")]
 )
-def test_check_args_rejects_bad_input(name, args, flag, capsys):
-    """Both scripts' checks in-process (one subprocess each would only repeat the runs above)."""
+def test_main_rejects_bad_input(name, flags, args, flag, capsys, tmp_path):
+    """Every script and variant in-process (a subprocess each would only repeat the runs above): main() stops before
+    any work, the twin with --compile too, and writes no results line."""
     if name == EAGER and args == ["--cudagraphs"]:
         pytest.skip("the eager script has no --cudagraphs flag")
     if "TestImageEnv-v0" not in gym.registry:
         gym.register("TestImageEnv-v0", entry_point=ImageEnv)
-    cli = tyro.cli(MODULES[name].Args, args=args)
+    results = tmp_path / "results.jsonl"
+    cli = tyro.cli(MODULES[name].Args, args=[*args, *flags, "--no-cuda", "--results-file", str(results)])
+    assert getattr(cli, "compile", False) is ("--compile" in flags)
     with pytest.raises(SystemExit) as exit_info:
-        MODULES[name].check_args(cli)
+        MODULES[name].main(cli)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"{name}.py: error: ") and flag in err, err
     if "TestImageEnv-v0" in args:
         assert "(84, 84, 3)" in err
+    assert not list(tmp_path.iterdir()), "a bad input leaves no results line and no run folder"
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -498,17 +502,17 @@ def test_huge_learning_rate_stops_the_run_as_diverged(name, tmp_path):
     assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_same_seed_same_numbers(name, tmp_path):
-    """Same seed, same machine, on CPU: the same losses, episodes and return curve twice (the twin without
-    --compile)."""
+@pytest.mark.parametrize("name,flags", [(EAGER, []), (TWIN, ["--compile"])], ids=["eager", "twin-compile"])
+def test_same_seed_same_numbers(name, flags, tmp_path):
+    """Same seed, same machine, on CPU: the same losses, episodes and return curve twice (the twin compiled; its
+    second run finds the first one's kernels in inductor's cache)."""
     for d in "ab":
         (tmp_path / d).mkdir()
-    runs = [run_script(name, *TINY, "--seed", "7", tmp_path=tmp_path / d) for d in "ab"]
+    runs = [run_script(name, *TINY, "--seed", "7", *flags, tmp_path=tmp_path / d) for d in "ab"]
     for proc, _ in runs:
         assert proc.returncode == 0, proc.stderr[-3000:]
     (_, [first]), (_, [second]) = runs
-    assert first["episodes"] > 10
+    assert first["episodes"] > 10 and first["compile"] is second["compile"] is ("--compile" in flags)
     for key in ("losses", "mean_return", "episodes", "steps", "epsilon"):
         assert first[key] == second[key], key
     curves = [(tmp_path / d / line["run_name"] / "returns.csv").read_text() for d, line in zip("ab", (first, second))]

@@ -92,7 +92,8 @@ def test_epsilon_decays_linearly_over_its_fraction_then_stays(mods, name):
 
 
 def drive_breakout(module, num_envs, capacity, steps, seed):
-    """Random play, every step written to the store; returns the store, the env's stacks and step data per env."""
+    """Random play, every step written to the store as the scripts write it. Returns the store, the env's stacks,
+    the firsts and step data per env, and per transition whether it is envpool's reset step after a done one."""
     env = envpool.make(
         "Breakout-v5", env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed
     )
@@ -100,16 +101,19 @@ def drive_breakout(module, num_envs, capacity, steps, seed):
     rng = np.random.default_rng(seed)
     obs, _ = env.reset()
     stacks, firsts = [obs.copy()], [np.ones(num_envs, bool)]
-    actions, rewards, terms = [], [], []
+    actions, rewards, terms, dones = [], [], [], []
     zeros = torch.zeros(num_envs)
     module.store_add(store, torch.as_tensor(obs[:, -1]), zeros == 0, zeros.long(), zeros, zeros.bool())
     events = {"lives lost": 0, "game overs": 0}
+    game_over = np.zeros(num_envs, bool)
     for _ in range(steps):
         action = rng.integers(0, 4, num_envs)
         obs, reward, term, trunc, info = env.step(action)
-        events["game overs"] += int(info["terminated"].sum())
-        events["lives lost"] += int((term & (info["terminated"] == 0)).sum())
         first = info["elapsed_step"] == 0
+        assert np.array_equal(first, game_over), "a game begins right after a game over (or truncation), only there"
+        game_over = info["terminated"].astype(bool) | trunc
+        events["game overs"] += int(game_over.sum())
+        events["lives lost"] += int((term & ~game_over).sum())
         module.store_add(
             store,
             torch.as_tensor(obs[:, -1]),
@@ -123,12 +127,17 @@ def drive_breakout(module, num_envs, capacity, steps, seed):
         actions.append(action)
         rewards.append(reward)
         terms.append(term)
+        dones.append(term | trunc)
     env.close()
+    dones = np.stack(dones, 1)
+    reset_steps = np.zeros_like(dones)
+    reset_steps[:, 1:] = dones[:, :-1]  # transition a follows a done one (a lost life counts): envpool only resets
     return (
         store,
         np.stack(stacks, 1),
         np.stack(firsts, 1),
         (np.stack(actions, 1), np.stack(rewards, 1), np.stack(terms, 1)),
+        reset_steps,
         events,
     )
 
@@ -137,34 +146,36 @@ def drive_breakout(module, num_envs, capacity, steps, seed):
 def test_rebuilt_stacks_equal_the_envs_over_episode_ends_and_wraparound(mods, name):
     module = mods[name]
     num_envs, capacity, steps = 2, 2 * 150, 700
-    store, stacks, firsts, (actions, rewards, terms), events = drive_breakout(module, num_envs, capacity, steps, seed=3)
+    store, stacks, firsts, (actions, rewards, terms), reset_steps, events = drive_breakout(
+        module, num_envs, capacity, steps, seed=3
+    )
     slots = store["frames"].shape[1]
     n = steps + 1
     assert int(store["count"]) == n and slots == capacity // num_envs + 4
     assert n > 4 * slots, "the ring must wrap around several times"
     assert events["game overs"] >= 2 and events["lives lost"] >= 6, events
     low = max(0, n - slots + 3)
-    checked = resets = 0
-    for e in range(num_envs):
+    # the window holds reset steps after a game over (the next obs begins a game) and after a lost life (it does not)
+    window_resets, window_firsts = reset_steps[:, low : n - 1], firsts[:, low + 1 : n]
+    assert (window_resets & window_firsts).sum() >= 1 and (window_resets & ~window_firsts).sum() >= 2
+    assert firsts[:, low + 1 : n].sum() == (window_resets & window_firsts).sum()
+    for e in range(num_envs):  # every stack of the window equals the env's, also around episode ends and starts
         pos = torch.arange(low, n - 1)
         env = torch.full_like(pos, e)
-        valid = ~store["first"][env, (pos + 1) % slots]
         obs = module.stack_frames(store, env, pos).numpy()
         next_obs = module.stack_frames(store, env, pos + 1).numpy()
         for i, a in enumerate(pos.tolist()):
-            assert bool(valid[i]) == (not firsts[e, a + 1])
-            if not valid[i]:
-                resets += 1
-                continue
             np.testing.assert_array_equal(obs[i], stacks[e, a], err_msg=f"obs env {e} step {a}")
             np.testing.assert_array_equal(next_obs[i], stacks[e, a + 1], err_msg=f"next obs env {e} step {a}")
             assert store["actions"][e, a % slots] == actions[e, a]
             assert store["rewards"][e, a % slots] == rewards[e, a]
             assert store["terminated"][e, a % slots] == terms[e, a]
-            checked += 1
-    assert resets >= 1, "the window must hold a reset step after a game over"
-    # episode starts inside the window: the stacks there repeat the first frame, as envpool's do
-    assert firsts[:, low + 1 : n].sum() >= 1 and checked == num_envs * (n - 1 - low) - resets
+
+    # the sampler draws every transition of the window but envpool's reset steps, whose action had no effect
+    torch.manual_seed(0)
+    env, pos = module.sample_indices(store, 20_000)
+    want = {(e, a) for e in range(num_envs) for a in range(low, n - 1) if not reset_steps[e, a]}
+    assert set(zip(env.tolist(), pos.tolist())) == want
 
     # sample() returns exactly these stacks for the transitions that sample_indices draws
     torch.manual_seed(0)
@@ -172,11 +183,40 @@ def test_rebuilt_stacks_equal_the_envs_over_episode_ends_and_wraparound(mods, na
     torch.manual_seed(0)
     batch = module.sample(store, 64)
     for i, (e, a) in enumerate(zip(env.tolist(), pos.tolist())):
-        assert low <= a <= n - 2 and not firsts[e, a + 1]
+        assert low <= a <= n - 2 and not reset_steps[e, a]
         np.testing.assert_array_equal(batch["obs"][i].numpy(), stacks[e, a])
         np.testing.assert_array_equal(batch["next_obs"][i].numpy(), stacks[e, a + 1])
         assert batch["actions"][i] == actions[e, a] and batch["terminated"][i] == terms[e, a]
         assert batch["rewards"][i] == rewards[e, a]
+
+
+def test_envpool_ignores_the_action_of_the_step_after_a_lost_life():
+    """Why the sampler skips that step: two copies of a game given different actions there stay the same (reward 0,
+    not done, the step count unchanged); the step after it does obey its action."""
+    copies = [
+        envpool.make("Breakout-v5", env_type="gym", num_envs=1, episodic_life=True, reward_clip=True, seed=1)
+        for _ in range(2)
+    ]
+    obs = [game.reset()[0] for game in copies]
+    np.testing.assert_array_equal(*obs)
+    lives_lost = 0
+    for _ in range(2000):
+        steps = [game.step(np.array([1])) for game in copies]  # FIRE: the ball is served, the paddle stays
+        np.testing.assert_array_equal(steps[0][0], steps[1][0])
+        _, _, term, _, info = steps[0]
+        if term[0] and not info["terminated"][0]:
+            lives_lost += 1
+            resets = [game.step(np.array([action])) for game, action in zip(copies, (2, 3))]  # RIGHT, LEFT
+            for _, reward, term, trunc, reset_info in resets:
+                assert reward[0] == 0 and not term[0] and not trunc[0]
+                assert reset_info["elapsed_step"][0] == info["elapsed_step"][0]
+            np.testing.assert_array_equal(resets[0][0], resets[1][0])
+            after = [game.step(np.array([action])) for game, action in zip(copies, (2, 3))]
+            assert not np.array_equal(after[0][0], after[1][0]), "the next step obeys its action"
+            break
+    assert lives_lost == 1
+    for game in copies:
+        game.close()
 
 
 def test_envpool_stacks_behave_as_the_store_assumes():
@@ -200,19 +240,31 @@ def test_envpool_stacks_behave_as_the_store_assumes():
 # ---------------------------------------------------------------- sampling: property test on a synthetic store
 
 
-def fill(module, num_envs, capacity, writes, reset_prob, seed):
-    """Tiny 2x2 frames that hold their own absolute index: a stale (overwritten) frame would show."""
+def fill(module, num_envs, capacity, writes, reset_prob, seed, life_prob=0.0):
+    """Tiny 2x2 frames that hold their own absolute index: a stale (overwritten) frame would show.
+
+    As envpool plays: a transition ends the game with probability reset_prob (terminated, or truncated one time in
+    two) or a life with life_prob (terminated); the transition after a done one is a reset step, never done itself,
+    and after a game's end its next obs begins a game. Returns the store, the firsts and the reset steps per env.
+    """
     store = module.new_frame_store(num_envs, capacity, frame_shape=(2, 2))
     rng = np.random.default_rng(seed)
-    firsts = np.zeros((num_envs, writes), bool)
+    firsts, terminated, reset_steps = (np.zeros((num_envs, writes), bool) for _ in range(3))
     firsts[:, 0] = True
-    firsts[:, 2:] = rng.random((num_envs, writes - 2)) < reset_prob  # a reset step follows at least one step
-    firsts[:, 1:][firsts[:, :-1]] = False  # games last at least one step
+    for a in range(writes - 1):
+        draw = rng.random(num_envs)
+        game_over = ~reset_steps[:, a] & (draw < reset_prob)
+        life_lost = ~reset_steps[:, a] & (reset_prob <= draw) & (draw < reset_prob + life_prob)
+        terminated[:, a] = (game_over & (rng.random(num_envs) < 0.5)) | life_lost
+        reset_steps[:, a + 1] = game_over | life_lost
+        if a + 2 < writes:
+            firsts[:, a + 2] = game_over
     for a in range(writes):
         frames = torch.full((num_envs, 2, 2), a % 251, dtype=torch.uint8)
         zeros = torch.zeros(num_envs)
-        module.store_add(store, frames, torch.as_tensor(firsts[:, a]), zeros.long() + a, zeros + a, zeros.bool())
-    return store, firsts
+        done = torch.as_tensor(terminated[:, a - 1]) if a else zeros.bool()
+        module.store_add(store, frames, torch.as_tensor(firsts[:, a]), zeros.long() + a, zeros + a, done)
+    return store, firsts, reset_steps
 
 
 @settings(max_examples=25, deadline=None)
@@ -221,24 +273,24 @@ def fill(module, num_envs, capacity, writes, reset_prob, seed):
     per_env=st.integers(1, 40),
     writes=st.integers(2, 120),
     reset_prob=st.sampled_from([0.0, 0.05, 0.3]),
+    life_prob=st.sampled_from([0.0, 0.1, 0.3]),
     seed=st.integers(0, 1000),
 )
-def test_samples_never_straddle_the_write_position(mods, num_envs, per_env, writes, reset_prob, seed):
+def test_samples_never_straddle_the_write_position(mods, num_envs, per_env, writes, reset_prob, life_prob, seed):
     for module in mods.values():
-        store, firsts = fill(module, num_envs, num_envs * per_env, writes, reset_prob, seed)
+        store, firsts, reset_steps = fill(module, num_envs, num_envs * per_env, writes, reset_prob, seed, life_prob)
         slots = per_env + 4
         low, high = max(0, writes - slots + 3), writes - 2
         torch.manual_seed(seed)
         env, pos = module.sample_indices(store, 2000)
         assert ((pos >= low) & (pos <= high)).all(), (pos.min(), pos.max(), low, high)
-        valid = ~torch.as_tensor(firsts)[env, pos + 1]
-        candidates = ~torch.as_tensor(firsts)[:, low + 1 : high + 2]
+        candidates = ~torch.as_tensor(reset_steps)[:, low : high + 1]
         if candidates.any(dim=1).all():  # every env's window holds a valid transition
-            assert valid.all(), "a reset step after a game over was sampled"
-        if high - low < 20 and candidates.all():  # every valid transition gets drawn
-            assert set(zip(env.tolist(), pos.tolist())) == {
-                (e, a) for e in range(num_envs) for a in range(low, high + 1)
-            }
+            assert not torch.as_tensor(reset_steps)[env, pos].any(), "a reset step after a done one was sampled"
+            if high - low < 20:  # every valid transition gets drawn
+                assert set(zip(env.tolist(), pos.tolist())) == {
+                    (e, a) for e in range(num_envs) for a in range(low, high + 1) if not reset_steps[e, a]
+                }
         # the rebuilt stacks hold the right absolute frames: never an overwritten one
         obs = module.stack_frames(store, env, pos)[:, :, 0, 0].long()
         want = torch.stack([pos - 3 + k for k in range(4)], 1)
@@ -251,7 +303,7 @@ def test_samples_never_straddle_the_write_position(mods, num_envs, per_env, writ
 
 def test_sampling_is_uniform_over_envs_and_positions(mods):
     for module in mods.values():
-        store, _ = fill(module, 2, 2 * 10, 100, 0.0, seed=1)
+        store, _, _ = fill(module, 2, 2 * 10, 100, 0.0, seed=1)
         torch.manual_seed(1)
         env, pos = module.sample_indices(store, 40_000)
         counts = torch.bincount(env * 100 + pos, minlength=200)[
@@ -355,10 +407,11 @@ def test_policy_step_compiles_whole_and_explores_as_told(mods):
 
 def test_sampler_compiles_whole(mods):
     twin = mods[TWIN]
-    store, firsts = fill(twin, 2, 2 * 30, 150, 0.05, seed=4)
+    store, _, reset_steps = fill(twin, 2, 2 * 30, 150, 0.05, seed=4, life_prob=0.1)
+    assert reset_steps[:, 150 - 34 + 3 : 149].sum() >= 4
     env, pos = torch.compile(twin.sample_indices, fullgraph=True)(store, 512)
     assert ((pos >= 150 - 34 + 3) & (pos <= 148)).all()
-    assert not torch.as_tensor(firsts)[env, pos + 1].any()
+    assert not torch.as_tensor(reset_steps)[env, pos].any()
     stacks = torch.compile(twin.stack_frames, fullgraph=True)(store, env, pos)
     assert torch.equal(stacks, mods[EAGER].stack_frames(store, env, pos))
 
@@ -394,13 +447,16 @@ def test_smoke_tiny_budget(name, flags, tmp_path):
         assert_summary_matches(proc.stdout, evaluation, tmp_path / "results.jsonl")
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_runs_are_deterministic(name, tmp_path):
+@pytest.mark.parametrize("name,flags", [(EAGER, ()), (TWIN, ("--compile",))], ids=["eager", "twin-compile"])
+def test_runs_are_deterministic(name, flags, tmp_path):
+    """Same seed twice, the same numbers (the twin compiled: its runs find the smoke test's kernels in inductor's
+    cache)."""
     runs = []
     for i in range(2):
         (tmp_path / str(i)).mkdir()
-        proc, lines = run_script(name, *TINY, "300", tmp_path=tmp_path / str(i))
+        proc, lines = run_script(name, *TINY, "300", *flags, tmp_path=tmp_path / str(i))
         assert proc.returncode == 0, proc.stderr[-3000:]
+        assert lines[0]["compile"] is ("--compile" in flags) and lines[0]["losses"]
         runs.append(lines[0])
     for key in ("losses", "mean_return", "episodes", "steps"):
         assert runs[0][key] == runs[1][key], key
@@ -445,10 +501,13 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize(
+    "name,variant", [(EAGER, ()), (TWIN, ()), (TWIN, ("--compile", "True"))], ids=["eager", "twin", "twin-compile"]
+)
 @pytest.mark.parametrize("flags,flag", BAD_INPUTS)
-def test_bad_input_exits_2_with_one_line(mods, name, flags, flag, capsys, tmp_path, monkeypatch):
-    args = args_from_flags(mods[name], flags)
+def test_bad_input_exits_2_with_one_line(mods, name, variant, flags, flag, capsys, tmp_path):
+    args = args_from_flags(mods[name], (*flags, *variant))
+    assert getattr(args, "compile", False) is bool(variant)
     assert_main_exits_2_with_one_line(mods[name], name, args, flag, capsys, tmp_path)
 
 
