@@ -11,6 +11,7 @@ import random
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -19,6 +20,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
+import torch._functorch.config  # aggressive_recomputation (a CPU trick, see main)
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
@@ -86,7 +88,7 @@ class Args:
     target_network_frequency: int = 1
     """the number of updates between target network updates"""
     alpha: float = 0.2
-    """the entropy regularization coefficient, fixed with --no-autotune (autotuned, it starts at 1)"""
+    """the entropy regularization coefficient (>= 0; 0: none), fixed with --no-autotune (autotuned, it starts at 1)"""
     autotune: bool = True
     """automatic tuning of the entropy coefficient (--no-autotune keeps --alpha fixed)"""
 
@@ -148,7 +150,8 @@ def check_args(args):
             )
         fail(f"--env-id {args.env_id} is not a registered gymnasium env (try HalfCheetah-v4)")
     try:
-        env = gym.make(args.env_id)
+        with mujoco_settotalmass_warning_dropped():
+            env = gym.make(args.env_id)
     except Exception as err:
         fail(f"--env-id {args.env_id} could not be made: {type(err).__name__}: {err}".splitlines()[0])
     action_space, observation_space = env.action_space, env.observation_space
@@ -168,12 +171,51 @@ def check_args(args):
         )
 
 
+@contextmanager
+def mujoco_settotalmass_warning_dropped():
+    """Drop one MuJoCo warning, and only while an env is made.
+
+    gymnasium's HalfCheetah-v4 model (half_cheetah.xml) sets <compiler settotalmass="14">, which MuJoCo 4 deprecates:
+    compiling it prints a 'settotalmass' deprecation warning on stderr (and writes MUJOCO_LOG.TXT) each time the env
+    is made. The -v4 envs take no other XML, so the call cannot be avoided. MuJoCo's warnings come from C through
+    its warning callback, not through Python's `warnings`, so this drops exactly that message there and prints any
+    other one as MuJoCo does; MuJoCo's own handler is back once the env is made.
+    """
+    try:
+        import mujoco
+    except ImportError:  # an env that needs no MuJoCo
+        yield
+        return
+    previous = mujoco.get_mju_user_warning()
+
+    def handler(msg):
+        if "'settotalmass' is deprecated" in msg:
+            return
+        if previous is not None:
+            previous(msg)
+        else:
+            print(f"WARNING: {msg}", file=sys.stderr)
+
+    mujoco.set_mju_user_warning(handler)
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
+
+
+def make_env(env_id, **make_kwargs):
+    """One env, its episodes' returns and lengths recorded."""
+    with mujoco_settotalmass_warning_dropped():
+        env = gym.make(env_id, **make_kwargs)
+    return gym.wrappers.RecordEpisodeStatistics(env)
+
+
 def make_envs(env_id, num_envs, **make_kwargs):
     # gymnasium 1.x resets a finished env on the *next* step by default (and that step is no transition). Here the
     # reset happens in the same step: the returned obs begins the new episode, the true last obs is in
     # infos["final_obs"], the episode's statistics in infos["final_info"]
     return gym.vector.SyncVectorEnv(
-        [lambda: gym.wrappers.RecordEpisodeStatistics(gym.make(env_id, **make_kwargs)) for _ in range(num_envs)],
+        [lambda: make_env(env_id, **make_kwargs) for _ in range(num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
 
@@ -570,9 +612,10 @@ def main(args):
     q_optimizer = adam(qnet_params.parameters(), lr=args.q_lr)
     actor_optimizer = adam(list(actor.parameters()), lr=args.policy_lr)
 
-    # Automatic entropy tuning: alpha = exp(log_alpha), learnt from 1, or fixed at --alpha
+    # Automatic entropy tuning: alpha = exp(log_alpha), learnt from 1; or fixed at --alpha, where --alpha 0 (no entropy
+    # bonus) is log_alpha = -inf, whose exp is 0 exactly
     target_entropy = -float(act_dim)
-    log_alpha = torch.tensor([0.0 if args.autotune else math.log(args.alpha)], device=device)
+    log_alpha = torch.tensor([1.0 if args.autotune else args.alpha], device=device).log()
     log_alpha.requires_grad_(args.autotune)
     a_optimizer = adam([log_alpha], lr=args.q_lr)
 
@@ -590,6 +633,11 @@ def main(args):
     policy_fn, add_fn, train_fn = act, buffer_add, train_step
     if args.compile:
         train_fn = torch.compile(train_fn)
+    if args.compile and device.type == "cpu":
+        # trick: on a CPU, inductor's kernels that store a ReLU's bool mask for the backward convert it element by
+        # element (much slower than the eager op), and the default partitioner saves such masks; with aggressive
+        # recomputation it saves the ReLU outputs and recomputes the masks from them (README, speed section)
+        torch._functorch.config.aggressive_recomputation = True
     if args.compile and device.type == "cuda":
         # trick: the policy step and the warm-up buffer write only on CUDA, where they fuse kernels and feed the CUDA
         # graphs. On a CPU a compiled call's fixed cost exceeds what it saves on a batch-1 MLP forward
@@ -686,7 +734,10 @@ def main(args):
 
         if args.save_model:
             model_path = run_dir / f"{args.exp_name}.pt"
-            save_checkpoint(model_path, args, actor, qnet_params.data.to_dict())
+            # the stacked Q-parameters (a trick above) split back into qf1's and qf2's state dicts: the eager script's
+            # checkpoint format, so the two scripts' checkpoints are interchangeable
+            qf_state = {f"qf{i + 1}": qnet_params.data[i].flatten_keys(".").clone().to_dict() for i in range(2)}
+            save_checkpoint(model_path, args, actor, qf_state)
             print(f"model saved to {model_path}")
     except KeyboardInterrupt:
         status, message = "interrupted", "interrupted by the user"
