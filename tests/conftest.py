@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_KEYS = {
@@ -136,3 +137,27 @@ def assert_main_exits_2_with_one_line(module, name, args, flag, capsys, tmp_path
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith(f"{name}.py: error: ") and flag in err[0], err
     assert not (tmp_path / "results.jsonl").exists()
+
+
+def assert_same_runs_and_eager_format_checkpoints(name, flags, runs, tmp_path, q_network):
+    """Two runs of one seed (results lines `runs`, run i under tmp_path / str(i)) gave the same losses, episodes,
+    return curves and weights; the Q-networks were saved in the eager script's format: qf1's and qf2's state dicts
+    that load strictly into q_network, each tensor its own (not a view of a stack)."""
+    assert runs[0]["episodes"] > 0 and runs[0]["compile"] is runs[1]["compile"] is ("--compile" in flags)
+    for key in ("losses", "mean_return", "episodes", "steps"):
+        assert runs[0][key] == runs[1][key], key
+    curves = [(tmp_path / str(i) / line["run_name"] / "returns.csv").read_text() for i, line in enumerate(runs)]
+    assert [row.split(",")[::2] for row in curves[0].splitlines()] == [
+        row.split(",")[::2] for row in curves[1].splitlines()
+    ]
+    checkpoints = [
+        torch.load(tmp_path / str(i) / line["run_name"] / f"{name}.pt", weights_only=True)
+        for i, line in enumerate(runs)
+    ]
+    for key in ("actor", "qf"):
+        torch.testing.assert_close(checkpoints[0][key], checkpoints[1][key], rtol=0, atol=0)
+    qf = checkpoints[0]["qf"]
+    assert set(qf) == {"qf1", "qf2"} and not torch.equal(qf["qf1"]["fc2.weight"], qf["qf2"]["fc2.weight"])
+    for state in qf.values():
+        q_network.load_state_dict(state)  # strict: the same keys and shapes
+        assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in state.values())

@@ -13,6 +13,7 @@ from conftest import (
     args_from_flags,
     assert_finite_results_line,
     assert_main_exits_2_with_one_line,
+    assert_same_runs_and_eager_format_checkpoints,
     assert_summary_matches,
     load_script,
     run_script,
@@ -372,25 +373,7 @@ def test_runs_are_deterministic_and_the_checkpoint_evaluates(name, flags, tmp_pa
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs.append(lines[0])
-    assert runs[0]["episodes"] > 0 and runs[0]["compile"] is runs[1]["compile"] is ("--compile" in flags)
-    for key in ("losses", "mean_return", "episodes", "steps"):
-        assert runs[0][key] == runs[1][key], key
-    curves = [read_curve(line, tmp_path / str(i)) for i, line in enumerate(runs)]
-    assert [row.split(",")[::2] for row in curves[0].splitlines()] == [
-        row.split(",")[::2] for row in curves[1].splitlines()
-    ]
-    checkpoints = [
-        torch.load(tmp_path / str(i) / line["run_name"] / f"{name}.pt", weights_only=True)
-        for i, line in enumerate(runs)
-    ]
-    for key in ("actor", "qf"):
-        torch.testing.assert_close(checkpoints[0][key], checkpoints[1][key], rtol=0, atol=0)
-    # the eager script's format from both: qf1's and qf2's state dicts, each tensor its own (not a view of a stack)
-    qf = checkpoints[0]["qf"]
-    assert set(qf) == {"qf1", "qf2"} and not torch.equal(qf["qf1"]["fc2.weight"], qf["qf2"]["fc2.weight"])
-    for state in qf.values():
-        eager.QNetwork(4, 1).load_state_dict(state)  # strict: the same keys and shapes
-        assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in state.values())
+    assert_same_runs_and_eager_format_checkpoints(name, flags, runs, tmp_path, eager.QNetwork(4, 1))
 
     tmp_path = tmp_path / "1"
     checkpoint_path = tmp_path / runs[1]["run_name"] / f"{name}.pt"
