@@ -213,10 +213,11 @@ def append_line(path, text):
 
 
 def speed(marks, burnin):
-    """Env steps/s from the end of burn-in to the end; marks[i] = (steps, time) after iteration i (0: start)."""
+    """Env steps/s from the end of burn-in to the end; marks[i] = (steps, time) after iteration i (0: start); None
+    before the first iteration ends."""
     done = len(marks) - 1
     if done < 1:
-        return 0.0
+        return None
     (s0, t0), (s1, t1) = marks[min(burnin, done - 1)], marks[-1]
     return (s1 - s0) / max(t1 - t0, 1e-9)
 

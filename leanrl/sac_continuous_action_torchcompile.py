@@ -636,7 +636,8 @@ def main(args):
     if args.compile and device.type == "cpu":
         # trick: on a CPU, inductor's kernels that store a ReLU's bool mask for the backward convert it element by
         # element (much slower than the eager op), and the default partitioner saves such masks; with aggressive
-        # recomputation it saves the ReLU outputs and recomputes the masks from them (README, speed section)
+        # recomputation it saves the ReLU outputs and recomputes the masks from them (README, speed section). Not in
+        # the actor step: through the detached Q-networks only the masks are needed there, so they are still stored
         torch._functorch.config.aggressive_recomputation = True
     if args.compile and device.type == "cuda":
         # trick: the policy step and the warm-up buffer write only on CUDA, where they fuse kernels and feed the CUDA

@@ -435,6 +435,7 @@ def test_a_diverged_run_stops_with_a_strict_json_line(name, tmp_path):
     assert "Traceback" not in proc.stderr
     (line,) = lines  # run_script parsed it with a strict JSON parser: no NaN, no Infinity
     assert line["status"] == "diverged" and line["steps"] == 32
+    assert line["sps"] is None  # it stopped inside its first iteration: no speed to report (not 0 steps/s)
     match = re.fullmatch(r"loss diverged at step 32: (\w+)=(nan|inf|-inf)", line["message"])
     assert match, line["message"]
     assert f"{name}.py: {line['message']}" in proc.stderr
