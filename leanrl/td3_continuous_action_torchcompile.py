@@ -20,10 +20,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-import torch._functorch.config  # aggressive_recomputation (a CPU trick, see main)
+import torch._dynamo.config  # trace_autograd_ops (a trick, see main)
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.optim as optim
 import tqdm
 import tyro
 from tensordict import TensorDict
@@ -349,6 +348,30 @@ def buffer_sample(buffer, count, batch_size, generator=None):
     return {key: value[idx] for key, value in buffer.items()}
 
 
+def make_adam(params, lr):
+    """Adam's state for a list of parameters, with torch.optim.Adam's defaults (betas 0.9, 0.999, eps 1e-8)."""
+    # trick: Adam as tensor ops on the device (its step count a device tensor), so that a step is part of the compiled
+    # graph: torch.optim's step breaks the graph on purpose. Inductor fuses it, on a GPU into few kernels
+    return dict(
+        params=params, lr=lr, step=torch.zeros((), device=params[0].device),
+        exp_avg=[torch.zeros_like(p) for p in params], exp_avg_sq=[torch.zeros_like(p) for p in params],
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def adam_step(adam, grads, beta1=0.9, beta2=0.999, eps=1e-8):
+    """One step of torch.optim.Adam (no weight decay, no amsgrad) on adam["params"], in place."""
+    adam["step"] += 1
+    torch._foreach_lerp_(adam["exp_avg"], grads, 1 - beta1)
+    torch._foreach_mul_(adam["exp_avg_sq"], beta2)
+    torch._foreach_addcmul_(adam["exp_avg_sq"], grads, grads, 1 - beta2)
+    bias_correction1, bias_correction2 = 1 - beta1 ** adam["step"], 1 - beta2 ** adam["step"]
+    denom = torch._foreach_add(
+        torch._foreach_div(torch._foreach_sqrt(adam["exp_avg_sq"]), bias_correction2.sqrt()), eps
+    )
+    torch._foreach_addcdiv_(adam["params"], torch._foreach_mul(adam["exp_avg"], -adam["lr"] / bias_correction1), denom)
+
+
 def critic_update(actor_target, qnet, qnet_params, qnet_target, q_optimizer, batch, gamma, policy_noise, noise_clip):
     """One gradient step of both Q-networks on the clipped double-Q target; returns detached statistics."""
     with torch.no_grad():
@@ -366,9 +389,9 @@ def critic_update(actor_target, qnet, qnet_params, qnet_target, q_optimizer, bat
     qf_loss = qf1_loss + qf2_loss
 
     # optimize the model
-    q_optimizer.zero_grad()
-    qf_loss.backward()
-    q_optimizer.step()
+    # trick: the gradients from torch.autograd.grad, not backward() into .grad: traced into the compiled graph (see
+    # main), with no .grad to zero
+    adam_step(q_optimizer, torch.autograd.grad(qf_loss, q_optimizer["params"]))
     return dict(
         qf_loss=qf_loss.detach() / 2.0, qf1_values=qf1_a_values.mean().detach(), qf2_values=qf2_a_values.mean().detach()
     )
@@ -377,12 +400,10 @@ def critic_update(actor_target, qnet, qnet_params, qnet_target, q_optimizer, bat
 def actor_update(actor, qnet, qnet_params, actor_optimizer, obs):
     """One gradient step of the actor; returns its detached loss."""
     # trick: Q1's parameters (slice 0 of the stack) enter detached (.data): the actor's backward computes no
-    # Q-gradients, which the next critic step would throw away anyway (its zero_grad)
+    # Q-gradients, which the eager script's next critic step throws away anyway (its zero_grad)
     qf1_params = dict(qnet_params.data[0].flatten_keys(".").items())
     actor_loss = actor_loss_fn(functional_call(qnet, qf1_params, (obs, actor(obs))))
-    actor_optimizer.zero_grad()
-    actor_loss.backward()
-    actor_optimizer.step()
+    adam_step(actor_optimizer, torch.autograd.grad(actor_loss, actor_optimizer["params"]))
     return actor_loss.detach()
 
 
@@ -566,16 +587,12 @@ def main(args):
     target_actor = Actor(obs_dim, space.low, space.high).to(device)
     target_actor.load_state_dict(actor.state_dict())
     # trick: the two Q-networks' parameters stacked into one TensorDict (leading dim 2, an nn.Module whose parameters
-    # the optimizer steps), the targets a detached clone of the stack, and one meta-device network to vmap them through
+    # Adam steps), the targets a detached clone of the stack, and one meta-device network to vmap them through
     qnet_params = TensorDict.from_modules(qf1, qf2, as_module=True)
     qnet_target = qnet_params.data.clone()
     qnet = QNetwork(obs_dim, act_dim).to("meta")
-    # trick: fused Adam updates every parameter in one CUDA kernel (on a CPU the default foreach Adam is faster);
-    # capturable keeps its step count on the GPU, so a step never syncs and can be captured (torch.compile arranges
-    # this itself)
-    adam = partial(optim.Adam, fused=device.type == "cuda", capturable=device.type == "cuda" and not args.compile)
-    q_optimizer = adam(qnet_params.parameters(), lr=args.learning_rate)
-    actor_optimizer = adam(list(actor.parameters()), lr=args.learning_rate)
+    q_optimizer = make_adam(list(qnet_params.parameters()), lr=args.learning_rate)
+    actor_optimizer = make_adam(list(actor.parameters()), lr=args.learning_rate)
 
     buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
     count = torch.zeros((), dtype=torch.long, device=device)
@@ -590,13 +607,11 @@ def main(args):
     # The warmup calls run before the capture: the compiler has finished and Adam has made its state by then.
     policy_fn, add_fn, train_fn = act, buffer_add, train_step
     if args.compile:
-        train_fn = torch.compile(train_fn)
-    if args.compile and device.type == "cpu":
-        # trick: on a CPU, inductor's kernels that store a ReLU's bool mask for the backward convert it element by
-        # element (much slower than the eager op), and the default partitioner saves such masks; with aggressive
-        # recomputation it saves the ReLU outputs and recomputes the masks from them (README, speed section). Not in
-        # the actor step: through the detached Q-networks only the masks are needed there, so they are still stored
-        torch._functorch.config.aggressive_recomputation = True
+        # trick: with trace_autograd_ops, torch.compile traces torch.autograd.grad into the graph: each variant of the
+        # update (its gradients and Adam steps included) is one graph with no break, one call with no frames resumed
+        # in Python, and no activations saved between a forward and a backward graph
+        torch._dynamo.config.trace_autograd_ops = True
+        train_fn = torch.compile(train_fn, fullgraph=True)
     if args.compile and device.type == "cuda":
         # trick: the policy step and the warm-up buffer write only on CUDA, where they fuse kernels and feed the CUDA
         # graphs. On a CPU a compiled call's fixed cost exceeds what it saves on a batch-1 MLP forward

@@ -1,6 +1,6 @@
 """The replay buffer of the SAC and TD3 pairs (the four scripts define the same one): wrap-around, uniform sampling
 of the filled rows only, the twins' device-side count compiling whole, and gymnasium 1.x autoreset's true final
-observations kept for truncated transitions."""
+observations kept for truncated transitions. Also the twins' Adam written as tensor ops, against torch.optim.Adam."""
 
 import numpy as np
 import pytest
@@ -123,3 +123,36 @@ def test_truncated_transitions_keep_their_true_final_observation(name):
     obs_rows, next_rows = buffer["obs"][3:180].view(59, 3, 4), buffer["next_obs"][:177].view(59, 3, 4)
     chained = (obs_rows == next_rows).all(-1).numpy()
     assert (chained == ~ended[:59]).all()
+
+
+# ---------------------------------------------------------------- the twins' Adam
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_twin_adam_step_equals_torch_adam_in_float64(name):
+    """The twins step Adam with tensor ops (so that it compiles into the update's graph); over 20 steps of gradients of
+    mixed scales it moves float32 parameters as torch.optim.Adam moves float64 copies, compiled whole as well."""
+    module = MODULES[name]
+    g = torch.Generator().manual_seed(0)
+    shapes = [(4, 3), (3,), (1,)]
+    start = [torch.randn(shape, generator=g) for shape in shapes]
+    grads = [[torch.randn(shape, generator=g) * 10.0 ** torch.randint(-3, 2, (), generator=g) for shape in shapes]
+             for _ in range(20)]  # fmt: skip
+    reference = [p.double().requires_grad_() for p in start]
+    torch_adam = torch.optim.Adam(reference, lr=3e-3)
+    eager_params, compiled_params = [p.clone() for p in start], [p.clone() for p in start]
+    eager_adam = module.make_adam(eager_params, lr=3e-3)
+    compiled_adam = module.make_adam(compiled_params, lr=3e-3)
+    compiled_step = torch.compile(module.adam_step, fullgraph=True)
+    for i, step_grads in enumerate(grads):
+        for p, grad in zip(reference, step_grads):
+            p.grad = grad.double()
+        torch_adam.step()
+        module.adam_step(eager_adam, step_grads)
+        with torch._dynamo.config.patch(error_on_recompile=i > 0):  # the step count is data, not a new graph
+            compiled_step(compiled_adam, step_grads)
+    for p, e, c, s in zip(reference, eager_params, compiled_params, start):
+        torch.testing.assert_close(e, p.detach().float(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(c, p.detach().float(), rtol=1e-5, atol=1e-6)
+        assert (e - s).abs().min() > 1e-3, "every parameter moved"
+    assert eager_adam["step"].item() == compiled_adam["step"].item() == 20
