@@ -419,9 +419,10 @@ def critic_update(actor, qnet, qnet_params, qnet_target, q_optimizer, batch, alp
 def actor_update(actor, qnet, qnet_params, actor_optimizer, obs, alpha):
     """One gradient step of the actor; returns its detached loss."""
     pi, log_pi, _ = actor.get_action(obs)
-    # trick: the Q-parameters enter detached (.data): the actor's backward computes no Q-gradients, which the
-    # eager script's next critic step throws away anyway (its zero_grad)
-    qf1_pi, qf2_pi = q_values(qnet, qnet_params.data, obs, pi)
+    # trick: the Q-parameters enter detached: the actor's backward computes no Q-gradients, which the eager script's
+    # next critic step throws away anyway (its zero_grad). Detached by apply: TensorDict's .data warns in a compiled
+    # graph
+    qf1_pi, qf2_pi = q_values(qnet, qnet_params.apply(torch.Tensor.detach), obs, pi)
     actor_loss = actor_loss_fn(log_pi.view(-1), qf1_pi, qf2_pi, alpha)
     adam_step(actor_optimizer, torch.autograd.grad(actor_loss, actor_optimizer["params"]))
     return actor_loss.detach()
@@ -442,7 +443,8 @@ def update_targets(targets, sources, tau):
     # a device tensor: 0 on the steps without a target update (lerp with weight 0 returns the target exactly), so
     # those steps need no graph of their own. It goes in as a list of tensor weights: a lone tensor would bind to the
     # Scalar overload, a host read (.item()) on every call
-    torch._foreach_lerp_(targets, sources, [tau] * len(targets))
+    with torch.no_grad():
+        torch._foreach_lerp_(targets, sources, [tau] * len(targets))
 
 
 def train_step(
@@ -464,7 +466,7 @@ def train_step(
             if autotune:
                 stats["alpha_loss"] = alpha_update(actor, log_alpha, a_optimizer, batch["obs"], target_entropy)
     # update the target networks
-    update_targets(list(qnet_target.values(True, True)), list(qnet_params.data.values(True, True)), target_tau)
+    update_targets(list(qnet_target.values(True, True)), list(qnet_params.values(True, True)), target_tau)
     stats["alpha"] = log_alpha.detach().exp()
     return count, stats
 

@@ -399,9 +399,10 @@ def critic_update(actor_target, qnet, qnet_params, qnet_target, q_optimizer, bat
 
 def actor_update(actor, qnet, qnet_params, actor_optimizer, obs):
     """One gradient step of the actor; returns its detached loss."""
-    # trick: Q1's parameters (slice 0 of the stack) enter detached (.data): the actor's backward computes no
-    # Q-gradients, which the eager script's next critic step throws away anyway (its zero_grad)
-    qf1_params = dict(qnet_params.data[0].flatten_keys(".").items())
+    # trick: Q1's parameters (slice 0 of the stack) enter detached: the actor's backward computes no Q-gradients,
+    # which the eager script's next critic step throws away anyway (its zero_grad). Detached by apply: TensorDict's
+    # .data warns in a compiled graph
+    qf1_params = dict(qnet_params.apply(torch.Tensor.detach)[0].flatten_keys(".").items())
     actor_loss = actor_loss_fn(functional_call(qnet, qf1_params, (obs, actor(obs))))
     adam_step(actor_optimizer, torch.autograd.grad(actor_loss, actor_optimizer["params"]))
     return actor_loss.detach()
@@ -430,7 +431,7 @@ def train_step(
         stats["actor_loss"] = actor_update(actor, qnet, qnet_params, actor_optimizer, batch["obs"])
         # update the target network
         update_targets(list(actor_target.parameters()) + list(qnet_target.values(True, True)),
-                       list(actor.parameters()) + list(qnet_params.data.values(True, True)), tau)  # fmt: skip
+                       list(actor.parameters()) + list(qnet_params.values(True, True)), tau)  # fmt: skip
     return count, stats
 
 

@@ -419,6 +419,7 @@ def test_runs_are_deterministic_and_the_checkpoint_evaluates(name, flags, tmp_pa
             name, *flags, "--env-id", "InvertedPendulum-v4", "--save-model", tmp_path=tmp_path / str(i)
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "Warning" not in proc.stderr, proc.stderr[-3000:]  # none a user must learn to ignore
         runs.append(lines[0])
     assert_same_runs_and_eager_format_checkpoints(name, flags, runs, tmp_path, eager.SoftQNetwork(4, 1))
 
