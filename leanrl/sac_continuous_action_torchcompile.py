@@ -372,7 +372,7 @@ def buffer_sample(buffer, count, batch_size, generator=None):
 def make_adam(params, lr):
     """Adam's state for a list of parameters, with torch.optim.Adam's defaults (betas 0.9, 0.999, eps 1e-8)."""
     # trick: Adam as tensor ops on the device (its step count a device tensor), so that a step is part of the compiled
-    # graph: torch.optim's step breaks the graph on purpose. Inductor fuses it, on a GPU into few kernels
+    # graph: torch.optim's step breaks the graph on purpose. Inductor fuses it with the rest of the update
     return dict(
         params=params, lr=lr, step=torch.zeros((), device=params[0].device),
         exp_avg=[torch.zeros_like(p) for p in params], exp_avg_sq=[torch.zeros_like(p) for p in params],
