@@ -1,0 +1,410 @@
+"""Run bookkeeping shared by every script. Nothing of RL lives here: the algorithms are in the scripts, one file each.
+
+What is here: flag and env-family checks (one clear line, exit code 2), the results line (strict JSON with the
+hardware it ran on), the return curve `returns.csv`, the steps/s meter, the progress bar, the end-of-run summary line,
+divergence/interrupt/error handling, atomic checkpoints and the episode loop of `--eval-checkpoint`.
+"""
+
+import json
+import math
+import os
+import platform
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+import tqdm
+
+
+class Diverged(Exception):
+    """A loss became NaN or infinite: the run stops with status "diverged"."""
+
+
+def fail(script, message):
+    """Bad input: one line on stderr naming the flag, exit code 2, no traceback and no results line."""
+    print(f"{Path(script).name}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ---------------------------------------------------------------- flag checks
+
+
+def check_flags(script, args, positive=()):
+    """The checks every script shares; the flags named in `positive` must be > 0. Also drops known warnings."""
+    warnings.filterwarnings("ignore", message=".*is out of date", category=DeprecationWarning)  # CleanRL's -v4 envs
+    if getattr(args, "cudagraphs", False) and not (args.cuda and torch.cuda.is_available()):
+        fail(script, "--cudagraphs needs CUDA, and none is available")
+    if args.measure_burnin < 0:
+        fail(script, f"--measure-burnin must not be negative, got {args.measure_burnin}")
+    check_results_file(script, args.results_file)
+    if args.eval_checkpoint is not None:
+        if not Path(args.eval_checkpoint).is_file():
+            fail(script, f"--eval-checkpoint {args.eval_checkpoint}: no such file")
+        if args.eval_episodes <= 0:
+            fail(script, f"--eval-episodes must be positive, got {args.eval_episodes}")
+        return
+    for name, value in vars(args).items():
+        if (name in positive or name.endswith(("learning_rate", "_lr"))) and value is not None and not value > 0:
+            fail(script, f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def check_results_file(script, results_file):
+    """--results-file must name a file we can append to (checked without creating anything)."""
+    path = Path(results_file)
+    if path.is_dir():
+        fail(script, f"--results-file {results_file} is a folder, not a file")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        fail(script, f"--results-file {results_file}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        fail(script, f"--results-file {results_file} is not writable")
+
+
+def looks_like_atari(env_id):
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id or env_id.endswith("-v5")
+
+
+def check_gym_env(script, env_id, action_space, example):
+    """A gymnasium env with vector observations and `action_space` actions (gym.spaces.Box or Discrete)."""
+    import gymnasium as gym
+
+    wanted = "continuous (Box)" if action_space is gym.spaces.Box else "discrete"
+    try:
+        gym.spec(env_id)
+    except gym.error.Error:
+        if looks_like_atari(env_id):
+            fail(script, f"--env-id {env_id} looks like an Atari id, the wrong family: this script needs {example}")
+        fail(script, f"--env-id {env_id} is not a registered gymnasium env (try {example})")
+    try:
+        with mujoco_warning_dropped():
+            env = gym.make(env_id)
+    except Exception as err:
+        fail(script, f"--env-id {env_id} could not be made: {type(err).__name__}: {err}".splitlines()[0])
+    actions, observations = env.action_space, env.observation_space
+    env.close()
+    if not isinstance(actions, action_space):
+        fail(script, f"--env-id {env_id} has {type(actions).__name__} actions, the wrong family: it needs {wanted} "
+             f"actions, such as {example}")  # fmt: skip
+    if isinstance(observations, gym.spaces.Box) and len(observations.shape) > 1:
+        fail(script, f"--env-id {env_id} has image-like {observations.shape} observations, the wrong family: its MLP "
+             f"needs vector observations, such as {example}'s")  # fmt: skip
+
+
+def check_atari_env(script, env_id):
+    """An envpool Atari game: stacked 84x84 uint8 frames and discrete actions."""
+    import envpool
+    import gymnasium as gym
+
+    if env_id not in envpool.list_all_envs():
+        fail(script, f"--env-id {env_id!r} is not an envpool task (Atari games look like 'Breakout-v5')")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # gymnasium's notes on other families' spaces
+            spec = envpool.make_spec(env_id)
+        obs_space, act_space = spec.observation_space, spec.action_space
+        is_atari = obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8
+        is_atari = is_atari and isinstance(act_space, gym.spaces.Discrete)
+    except Exception:
+        is_atari = False
+    if not is_atari:
+        fail(script, f"--env-id {env_id!r} is not an Atari game; this script needs stacked 84x84 frames and discrete "
+             "actions")  # fmt: skip
+
+
+def check_memory(script, flag, nbytes, device):
+    """Refuse a store that cannot fit: `nbytes` against the free memory of `device`."""
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            return
+    if nbytes > free:
+        fail(script, f"{flag}: the store needs {nbytes / 2**30:.1f} GiB, {device.type} has {free / 2**30:.1f} GiB "
+             "free")  # fmt: skip
+
+
+@contextmanager
+def mujoco_warning_dropped():
+    """Drop MuJoCo's 'settotalmass' deprecation warning, and only while an env is made.
+
+    gymnasium's -v4 MuJoCo models (HalfCheetah's half_cheetah.xml) set <compiler settotalmass=...>, which MuJoCo 4
+    deprecates: each env made prints the warning on stderr (and writes MUJOCO_LOG.TXT). It comes from C through
+    MuJoCo's warning callback, not Python's `warnings`; any other MuJoCo warning is printed as MuJoCo does.
+    """
+    try:
+        import mujoco
+    except ImportError:  # an env that needs no MuJoCo
+        yield
+        return
+    previous = mujoco.get_mju_user_warning()
+
+    def handler(msg):
+        if "'settotalmass' is deprecated" in msg:
+            return
+        if previous is not None:
+            previous(msg)
+        else:
+            print(f"WARNING: {msg}", file=sys.stderr)
+
+    mujoco.set_mju_user_warning(handler)
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
+
+
+# ---------------------------------------------------------------- episodes
+
+
+def gym_episodes(infos):
+    """(return, length) of each episode that ended in this step of a gymnasium vector env (SAME_STEP autoreset)."""
+    final = infos.get("final_info", {})
+    if "episode" not in final:
+        return []
+    ended = np.flatnonzero(final["_episode"])
+    return [(float(final["episode"]["r"][i]), int(final["episode"]["l"][i])) for i in ended]
+
+
+def game_returns(running_returns, raw_rewards, game_over):
+    """Add this step's raw (unclipped) rewards per env; return the scores of the games that just ended, reset those.
+
+    envpool's episodic_life makes every lost life an episode for learning; a score is the return of a whole game.
+    """
+    running_returns += raw_rewards
+    finished = running_returns[game_over].tolist()
+    running_returns[game_over] = 0.0
+    return finished
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(path, args, **state):
+    """Write {"args": ..., **state} atomically: a temporary file, then a rename, so a reader never sees half of it."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"args": asdict(args), **state}, tmp)
+    os.replace(tmp, path)
+    print(f"model saved to {path}")
+
+
+def load_checkpoint(script, path, *keys):
+    """A checkpoint written by save_checkpoint, on the CPU; exit 2 if it is not one of this script's (lacks `keys`)."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        missing = [key for key in ("args", *keys) if key not in checkpoint]
+    except Exception as err:
+        missing = [type(err).__name__]
+    if missing:
+        fail(script, f"--eval-checkpoint {path} is not a checkpoint of this script (no {', '.join(missing)})")
+    return checkpoint
+
+
+# ---------------------------------------------------------------- the run
+
+
+def finite_or_none(obj):
+    """A results line is strict JSON: every non-finite float (NaN, inf), nested ones included, becomes null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: finite_or_none(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_or_none(value) for value in obj]
+    return obj
+
+
+def cpu_name():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class Run:
+    """One training (or evaluation) run: its folder, return curve, steps/s meter, progress bar and results line.
+
+        with Run(__file__, args, device) as run:
+            ...
+            run.episode(global_step, episodic_return, episodic_length)
+            run.tick(global_step)  # once per iteration: the steps/s meter
+            losses = run.check_finite(global_step, losses)  # stops a diverged run
+            run.report(global_step, {"losses/value_loss": ...})  # progress bar, and wandb with --track
+
+    Leaving the `with` block writes the results line (also when the run fails) and prints the summary line; a
+    diverged run then exits 1, an interrupted one 130, and an error is raised on.
+
+    Steps/s: `burnin` ticks are left out; the speed is measured from the tick that ends the burn-in to the last
+    tick (from the start when the run ends inside its burn-in; none before the first tick).
+    """
+
+    def __init__(self, script, args, device, burnin=None, mode="train", **fields):
+        self.script, self.args, self.mode = Path(script).name, args, mode
+        self.burnin = args.measure_burnin if burnin is None else burnin
+        self.start_time = time.time()
+        self.returns, self.losses, self.steps, self.ticks = [], {}, 0, 0
+        self.mark = self.last = (self.start_time, 0)
+        self.status, self.message = "ok", None
+        if mode == "eval":  # an evaluation reports the folder of the checkpoint it plays, and writes its curve there
+            self.dir = Path(args.eval_checkpoint).parent
+            self.name, curve = self.dir.name, self.dir / "eval_returns.csv"
+        else:
+            self.name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(self.start_time)}"
+            self.dir = Path(args.results_file).parent / self.name
+            self.dir.mkdir(parents=True, exist_ok=True)
+            curve = self.dir / "returns.csv"
+        self.fields = dict(
+            script=self.script,
+            env_id=args.env_id,
+            seed=args.seed,
+            compile=getattr(args, "compile", False),
+            cudagraphs=getattr(args, "cudagraphs", False),
+            device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            cpu=cpu_name(),
+            cpu_count=os.cpu_count(),
+            torch=torch.__version__,
+            run_name=self.name,
+            mode=mode,
+            total_timesteps=args.total_timesteps if mode == "train" else 0,
+            **fields,
+        )
+        if mode == "eval":
+            self.fields["checkpoint"] = args.eval_checkpoint
+        self.curve = curve.open("w", buffering=1)  # line by line: it can be watched live
+        self.curve.write("step,wall_s,return\n")
+        self.wandb = None
+        if args.track and mode == "train":
+            import wandb
+
+            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=vars(args), name=self.name)
+            self.wandb = wandb
+        self.pbar = None
+
+    def progress(self, iterable):
+        """The iterations of the loop, with a progress bar that report() keeps up to date."""
+        self.pbar = tqdm.tqdm(iterable, desc=Path(self.script).stem, mininterval=1.0)
+        return self.pbar
+
+    def episode(self, step, episodic_return, episodic_length=None, **logs):
+        """An episode (a whole game on Atari) ended at env step `step`."""
+        self.returns.append(episodic_return)
+        self.curve.write(f"{step},{time.time() - self.start_time:.3f},{episodic_return}\n")
+        if self.wandb:
+            logs["charts/episodic_return"] = episodic_return
+            if episodic_length is not None:
+                logs["charts/episodic_length"] = episodic_length
+            self.wandb.log(logs, step=step)
+
+    def tick(self, step):
+        """One iteration done: `step` env steps so far."""
+        self.steps, self.ticks = step, self.ticks + 1
+        self.last = (time.time(), step)
+        if self.ticks == self.burnin:
+            self.mark = self.last
+
+    @property
+    def sps(self):
+        start = self.mark if self.ticks > self.burnin else (self.start_time, 0)
+        elapsed, steps = self.last[0] - start[0], self.last[1] - start[1]
+        return steps / elapsed if self.ticks and steps > 0 and elapsed > 0 else None
+
+    @property
+    def mean_return(self):
+        return float(np.mean(self.returns[-100:])) if self.returns else None
+
+    def check_finite(self, step, losses):
+        """Read the losses (a dict of 0-d tensors or floats) to the host in one go; stop the run on a non-finite one."""
+        values = list(losses.values())
+        if values and isinstance(values[0], torch.Tensor):
+            values = torch.stack([v.detach().float() for v in values]).tolist()
+        self.losses = dict(zip(losses, map(float, values)))
+        for name, value in self.losses.items():
+            if not math.isfinite(value):
+                raise Diverged(f"loss diverged at step {step}: {name}={value}")
+        return self.losses
+
+    def report(self, step, logs=None):
+        """A log point: the progress bar's steps/s and mean return, and (with --track) charts/SPS and `logs`."""
+        if self.pbar is not None:
+            ret = self.mean_return
+            self.pbar.set_postfix(sps=f"{self.sps or 0:.0f}", ret="n/a" if ret is None else f"{ret:.1f}", refresh=False)
+        if self.wandb:
+            self.wandb.log({"charts/SPS": self.sps or 0.0, **(logs or {})}, step=step)
+
+    def play(self, envs, act, episodes_of, num_episodes, **reset_kwargs):
+        """The evaluation loop: step `envs` with `act(obs)` until `num_episodes` episodes ended.
+
+        episodes_of(rewards, terminations, truncations, infos) -> returns of the episodes that ended in that step.
+        """
+        obs, _ = envs.reset(**reset_kwargs)
+        num_envs = len(obs)
+        while len(self.returns) < num_episodes:
+            obs, rewards, terminations, truncations, infos = envs.step(act(obs))
+            self.tick(self.steps + num_envs)
+            for episodic_return in episodes_of(rewards, terminations, truncations, infos):
+                if len(self.returns) < num_episodes:
+                    self.episode(self.steps, episodic_return)
+        envs.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, traceback):
+        if kind is KeyboardInterrupt:
+            self.status, self.message = "interrupted", "interrupted by the user"
+        elif kind is not None and issubclass(kind, Diverged):
+            self.status, self.message = "diverged", str(err)
+            print(f"{self.script}: {self.message}", file=sys.stderr)
+        elif kind is not None:
+            self.status, self.message = "error", f"{kind.__name__}: {err}"
+        self.curve.close()
+        if self.pbar is not None:
+            self.pbar.close()
+        line = dict(
+            self.fields,
+            steps=self.steps,
+            sps=self.sps,
+            wall_s=time.time() - self.start_time,
+            mean_return=self.mean_return,
+            episodes=len(self.returns),
+            status=self.status,
+            losses=self.losses,
+            message=self.message,
+            time=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        line = finite_or_none(line)
+        path = Path(self.args.results_file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(json.dumps(line, allow_nan=False) + "\n")
+        print(self.summary(line), flush=True)
+        if self.wandb:
+            self.wandb.finish()
+        if self.status == "interrupted":
+            sys.exit(130)
+        if self.status == "diverged":
+            sys.exit(1)
+        return False  # an error goes on up, with its traceback
+
+    def summary(self, line):
+        """The one line a run prints when it ends: what it did, and where its results line and its folder are."""
+        sps = "n/a" if line["sps"] is None else f"{line['sps']:.0f}"
+        ret = "n/a" if line["mean_return"] is None else f"{line['mean_return']:.1f}"
+        return (
+            f"{self.script}: {line['status']}: {line['steps']} steps, {sps} steps/s, mean return {ret} over "
+            f"{line['episodes']} episodes; results: {Path(self.args.results_file).resolve()}, "
+            f"run folder: {self.dir.resolve()}"
+        )
