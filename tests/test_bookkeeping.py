@@ -1,0 +1,187 @@
+"""leanrl/bookkeeping.py, the run bookkeeping every script shares: the results line and its status on every way a run
+ends, the steps/s meter, flag checks, checkpoints. The scripts' own tests run it end to end; these pin its parts."""
+
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+from conftest import SUMMARY, strict_json
+
+from leanrl import bookkeeping as bk
+
+
+@dataclass
+class Args:
+    exp_name: str = "test_script"
+    seed: int = 3
+    env_id: str = "CartPole-v1"
+    total_timesteps: int = 100
+    track: bool = False
+    cuda: bool = False
+    results_file: str = "results.jsonl"
+    measure_burnin: int = 2
+    eval_checkpoint: str | None = None
+    eval_episodes: int = 10
+    learning_rate: float = 1e-3
+    num_envs: int = 4
+
+
+def run_to_end(tmp_path, body, **run_kwargs):
+    """Run `body(run)` inside a Run; returns (exit code or None, the results line)."""
+    args = Args(results_file=str(tmp_path / "results.jsonl"))
+    code = None
+    try:
+        with bk.Run("test_script.py", args, torch.device("cpu"), **run_kwargs) as run:
+            body(run)
+    except SystemExit as err:
+        code = err.code
+    (line,) = [strict_json(text) for text in (tmp_path / "results.jsonl").read_text().splitlines()]
+    return code, line
+
+
+def test_ok_run_writes_every_spec_key_the_curve_and_a_matching_summary(tmp_path, capsys):
+    def body(run):
+        for step in (10, 20, 30, 40):
+            run.episode(step, float(step) / 10, 5)
+            run.tick(step)
+        run.check_finite(40, {"loss": torch.tensor(0.5), "value": torch.tensor(-2.0)})
+
+    code, line = run_to_end(tmp_path, body)
+    assert code is None and line["status"] == "ok" and line["message"] is None
+    assert line["steps"] == 40 and line["episodes"] == 4 and line["mean_return"] == pytest.approx(2.5)
+    assert line["losses"] == {"loss": 0.5, "value": -2.0}
+    assert line["script"] == "test_script.py" and line["seed"] == 3 and line["device"] == "cpu"
+    assert line["compile"] is False and line["cudagraphs"] is False and line["cpu_count"] >= 1
+    rows = (tmp_path / line["run_name"] / "returns.csv").read_text().splitlines()
+    assert rows[0] == "step,wall_s,return" and [r.split(",")[::2] for r in rows[1:]] == [
+        ["10", "1.0"], ["20", "2.0"], ["30", "3.0"], ["40", "4.0"]
+    ]  # fmt: skip
+    summary = SUMMARY.match(capsys.readouterr().out.strip().splitlines()[-1]).groupdict()
+    assert summary["status"] == "ok" and summary["steps"] == "40" and summary["mean_return"] == "2.5"
+
+
+@pytest.mark.parametrize(
+    "raised,status,code",
+    [(bk.Diverged("loss diverged at step 7: loss=nan"), "diverged", 1), (KeyboardInterrupt(), "interrupted", 130)],
+)
+def test_diverged_and_interrupted_runs_still_write_their_line(tmp_path, raised, status, code, capsys):
+    def body(run):
+        run.tick(8)
+        raise raised
+
+    got_code, line = run_to_end(tmp_path, body)
+    assert got_code == code and line["status"] == status and line["steps"] == 8
+    if status == "diverged":
+        assert "loss diverged at step 7" in line["message"] and "loss diverged" in capsys.readouterr().err
+
+
+def test_an_error_writes_its_line_and_goes_on_up(tmp_path):
+    with pytest.raises(ZeroDivisionError):
+        run_to_end(tmp_path, lambda run: 1 / 0)
+    line = json.loads((tmp_path / "results.jsonl").read_text())
+    assert line["status"] == "error" and line["message"].startswith("ZeroDivisionError")
+
+
+def test_check_finite_names_the_step_and_the_bad_loss_and_keeps_the_losses(tmp_path):
+    def body(run):
+        run.check_finite(12, {"policy": torch.tensor(1.0), "value": torch.tensor(float("inf"))})
+
+    code, line = run_to_end(tmp_path, body)
+    assert code == 1 and line["status"] == "diverged"
+    assert line["message"] == "loss diverged at step 12: value=inf"
+    assert line["losses"] == {"policy": 1.0, "value": None}  # strict JSON: inf is written as null
+
+
+def test_finite_or_none_makes_nested_non_finite_floats_null():
+    got = bk.finite_or_none({"a": math.nan, "b": [1.0, -math.inf, {"c": math.inf}], "d": 2, "e": "x"})
+    assert got == {"a": None, "b": [1.0, None, {"c": None}], "d": 2, "e": "x"}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.parametrize("burnin", [0, 2])
+def test_steps_per_second_leave_the_burnin_ticks_out(tmp_path, monkeypatch, burnin):
+    """Ticks every second with 100 steps, except the first two which take 10 s each (a compile, say): the speed is
+    measured from the burn-in's last tick to the last tick."""
+    clock = Clock()
+    monkeypatch.setattr(bk.time, "time", clock)
+    speeds = []
+
+    def body(run):
+        assert run.sps is None  # nothing measured before the first tick
+        for i in range(1, 7):
+            clock.now += 10.0 if i <= 2 else 1.0
+            run.tick(100 * i)
+        speeds.append(run.sps)
+
+    run_to_end(tmp_path, body, burnin=burnin)
+    want = 600 / 24 if burnin == 0 else 400 / 4
+    assert speeds[0] == pytest.approx(want)
+
+
+def test_a_run_ending_inside_its_burnin_is_measured_from_its_start(tmp_path, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(bk.time, "time", clock)
+
+    def body(run):
+        clock.now += 4.0
+        run.tick(100)
+
+    _, line = run_to_end(tmp_path, body, burnin=5)
+    assert line["sps"] == pytest.approx(25.0)
+
+
+@pytest.mark.parametrize(
+    "change,flag",
+    [
+        (dict(learning_rate=-1e-3), "--learning-rate"),
+        (dict(num_envs=0), "--num-envs"),
+        (dict(measure_burnin=-1), "--measure-burnin"),
+        (dict(results_file="."), "--results-file"),
+        (dict(eval_checkpoint="no/such/file.pt"), "--eval-checkpoint"),
+    ],
+)
+def test_check_flags_refuses_bad_input_with_one_line_and_exit_2(change, flag, capsys):
+    args = Args(**change)
+    with pytest.raises(SystemExit) as exit_info:
+        bk.check_flags("test_script.py", args, positive=("num_envs",))
+    assert exit_info.value.code == 2
+    (err,) = capsys.readouterr().err.splitlines()
+    assert err.startswith("test_script.py: error: ") and flag in err
+
+
+def test_results_file_under_a_file_is_refused_without_creating_anything(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(SystemExit):
+        bk.check_results_file("s.py", str(tmp_path / "a_file" / "sub" / "results.jsonl"))
+    assert "a_file is a file" in capsys.readouterr().err
+    bk.check_results_file("s.py", str(tmp_path / "new" / "results.jsonl"))  # a folder still to make is fine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_checkpoint_is_written_atomically_and_loaded_back(tmp_path, capsys):
+    path = tmp_path / "model.pt"
+    bk.save_checkpoint(path, Args(), model={"w": torch.arange(3.0)})
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]  # no temporary file left
+    checkpoint = bk.load_checkpoint("s.py", path, "model")
+    assert checkpoint["args"]["seed"] == 3 and torch.equal(checkpoint["model"]["w"], torch.arange(3.0))
+    with pytest.raises(SystemExit) as exit_info:
+        bk.load_checkpoint("s.py", path, "model", "obs_rms")
+    assert exit_info.value.code == 2 and "no obs_rms" in capsys.readouterr().err
+
+
+def test_game_returns_sum_raw_rewards_until_game_over():
+    import numpy as np
+
+    running = np.zeros(3)
+    assert bk.game_returns(running, np.array([1.0, 2.0, 0.0]), np.array([False, False, False])) == []
+    assert bk.game_returns(running, np.array([1.0, 0.0, 5.0]), np.array([True, False, True])) == [2.0, 5.0]
+    assert running.tolist() == [0.0, 2.0, 0.0]
