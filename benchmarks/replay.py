@@ -30,7 +30,7 @@ A full run writes ``benchmarks/results/replay_<device-tag>.md`` and ``.json`` (c
 (small capacities, for CI; the samplers at 1e4 only) writes ``runs/benchmarks/replay_<device-tag>_quick.*``
 and never replaces a full report; ``--only samplers`` (or ``buffers``) writes ``replay_<device-tag>_samplers.*``
 beside it, not over it. ``python plots/plot.py --replay benchmarks/results/replay_cpu.md`` splices the table into
-the README.
+benchmarks/README.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Turn measured runs into the speed table, bar charts and return curves; splice tables into the README.
+"""Turn measured runs into the speed table, bar charts and return curves; splice tables into the READMEs.
 
     python plots/plot.py                          # runs/results.jsonl -> plots/*.png, plots/speed.md, README table
     python plots/plot.py --results plots/data/*/results.jsonl       # several machines, one table each
-    python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table
-    python plots/plot.py --replay benchmarks/results/replay_cpu.md   # splice the replay-buffer table
+    python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table: benchmarks/README.md
+    python plots/plot.py --replay benchmarks/results/replay_cpu.md   # splice the replay-buffer table there too
 
 Reads only the results lines that the scripts append (one JSON object per run) and the return curves
 they write next to them (<results dir>/<run_name>/returns.csv), and the command that run.sh records
@@ -264,8 +264,13 @@ def main(argv=None):
     parser.add_argument("--out", default=str(ROOT / "plots"), help="folder for speed.md and the PNGs")
     parser.add_argument("--readme", default=str(ROOT / "README.md"), help="README to splice the tables into")
     parser.add_argument("--no-readme", action="store_true", help="write the files but leave the README alone")
-    parser.add_argument("--rl-ops", help="markdown table written by benchmarks/rl_ops.py to splice into the README")
-    parser.add_argument("--replay", help="markdown table written by benchmarks/replay.py to splice into the README")
+    parser.add_argument("--rl-ops", help="markdown table written by benchmarks/rl_ops.py to splice in")
+    parser.add_argument("--replay", help="markdown table written by benchmarks/replay.py to splice in")
+    parser.add_argument(
+        "--benchmarks-readme",
+        default=str(ROOT / "benchmarks" / "README.md"),
+        help="README to splice the --rl-ops and --replay tables into",
+    )
     args = parser.parse_args(argv)
     benchmarks = {"rl-ops": args.rl_ops, "replay": args.replay}
     if args.results is None:
@@ -286,15 +291,18 @@ def main(argv=None):
         for hardware, rows in tables.items():
             plot_speed(hardware, rows, out / f"speed_{slug(hardware)}.png")
             plot_returns(hardware, rows, out / f"returns_{slug(hardware)}.png")
-        text = splice(text, "speed-table", table)
         print(table)
+        if not args.no_readme:
+            readme.write_text(splice(text, "speed-table", table))
     elif not any(benchmarks.values()):
         raise SystemExit(f"plot.py: error: no results file at {' '.join(args.results)} (run ./run.sh first)")
-    for marker, table in benchmarks.items():
-        if table:
-            text = splice(text, marker, Path(table).read_text())
-    if not args.no_readme:
-        readme.write_text(text)
+    if any(benchmarks.values()) and not args.no_readme:  # the benchmark tables live in benchmarks/README.md
+        bench_readme = Path(args.benchmarks_readme)
+        bench_text = bench_readme.read_text()
+        for marker, table in benchmarks.items():
+            if table:
+                bench_text = splice(bench_text, marker, Path(table).read_text())
+        bench_readme.write_text(bench_text)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,18 @@
-"""List the speed tricks of every twin from its `# trick:` comments and splice the list into the README.
+"""Collect the speed tricks of every twin from its `# trick:` comments: docs/tricks.md and the README's catalogue.
 
-    python plots/tricks.py           # rewrite the README's tricks section
-    python plots/tricks.py --check   # exit 1 if the README's section is out of date
+    python plots/tricks.py           # rewrite docs/tricks.md and the README's catalogue
+    python plots/tricks.py --check   # exit 1 if either is out of date
 
 The twin rule makes every difference between `<algo>.py` and `<algo>_torchcompile.py` a speed trick
 with a `# trick: ...` comment (and every difference between a twin and its `_distributed.py` a step of
-scaling out), so the comments are the list: this keeps the README from going stale.
+scaling out), so the comments are the list: docs/tricks.md gives each distinct comment once, with every
+line that carries it. The README's catalogue has one row per kind of trick (CATALOGUE below) and marks the
+scripts whose diff uses it: the lines a twin adds to its eager file (a distributed file: to its twin) are
+searched for the row's pattern, so the marks follow the code.
 """
 
 import argparse
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -18,6 +22,55 @@ from plot import splice  # noqa: E402  (plots/ is a folder of tools, not a packa
 
 ROOT = Path(__file__).resolve().parents[1]
 TRICK = re.compile(r"(?<!`)#\s*trick:\s*(.+)$")  # not a `# trick:` quoted in a docstring
+
+# (trick, what it buys, pattern searched in the lines a script's diff adds: code or its comments)
+CATALOGUE = [
+    ("`torch.compile`", "fuses the small ops of the policy step, the math and the update; removes their Python "
+     "overhead (`--compile`)", r"torch\.compile\("),
+    ("CUDA graphs", "tensordict's `CudaGraphModule` records a step once and replays it with one launch "
+     "(`--cudagraphs`); refused without CUDA", r"CudaGraphModule"),
+    ("functions of tensors", "modules, optimizer and buffers bound once with `partial`, so a compiled or captured "
+     "call takes only tensors", r"\bpartial\("),
+    ("device-side counters", "the rollout step or replay write position is a device tensor: one graph for every "
+     "step, no host sync", r"index_copy_|write (position|index)|step is (a device|an index) tensor"),
+    ("random draws on the device", "sampling and exploration drawn on the device and merged with `torch.where`: no "
+     "host branch, no `randint` bound from the host", r"torch\.where\(|torch\.rand\("),
+    ("fused, capturable Adam", "one multi-tensor kernel for all parameters; step count (and lr) on the device, so a "
+     "step never syncs", r"fused=|capturable="),
+    ("one-graph update", "gradients from `torch.autograd.grad` traced into the graph and Adam as tensor ops: the "
+     "whole update compiles as one graph", r"trace_autograd_ops|torch\.autograd\.grad\("),
+    ("`vmap` over Q-networks", "the two Q-networks' parameters stacked and run as batched matmuls",
+     r"\bvmap\("),
+    ("fused target update", "one in-place `torch._foreach_lerp_` over all parameters", r"_foreach_lerp_|\.lerp_\("),
+    ("GAE by recursive doubling", "the reverse recurrence in log2(T) whole-tensor steps, no Python loop over T",
+     r"doubling"),
+    ("minibatch gathered in the update", "the flat batch is bound once and the indices are the only input",
+     r"inside the compiled"),
+    ("`zero_grad` by hand", "grads set to None in the function, where `Optimizer.zero_grad` would break the graph",
+     r"\.grad = None"),
+    ("no host reads in the hot loop", "losses stay on the device until a log point",
+     r"no \.item\(\)|come to the host|stay on the device until"),
+    ("one upload a step", "rollout storage written in place, env output through pinned memory, `non_blocking` "
+     "copies", r"non_blocking=True|pin_memory"),
+    ("TF32 matmuls", "on GPUs that have them", r"set_float32_matmul_precision|allow_tf32"),
+    ("no distribution checks", "argument validation off: each check is a host sync", r"validate_args"),
+    ("aten's RNG on CPU", "`fallback_random`: inductor's CPU random numbers go through Python on every call",
+     r"fallback_random"),
+    ("one all-reduce", "the gradients of a minibatch averaged over the ranks in one flat buffer",
+     r"all_reduce"),
+]  # fmt: skip
+
+# the README's column for each pair (a script not listed here gets its file name)
+LABELS = {
+    "ppo_atari_envpool": "PPO Atari",
+    "ppo_continuous_action": "PPO MuJoCo",
+    "sac_continuous_action": "SAC",
+    "td3_continuous_action": "TD3",
+    "dqn": "DQN",
+    "dqn_atari_envpool": "DQN Atari",
+    "r2d2_atari_envpool": "R2D2",
+    "ppo_atari_envpool_distributed": "PPO dist.",
+}
 
 
 def find_tricks(script):
@@ -40,35 +93,112 @@ def find_tricks(script):
     return tricks
 
 
-def tricks_markdown(root=ROOT):
-    out = []
-    scripts = sorted([*(root / "leanrl").glob("*_torchcompile.py"), *(root / "leanrl").glob("*_distributed.py")])
-    for twin in scripts:
-        # a twin is diffed against its eager script, a distributed script against the twin it scales out
-        base = twin.name.replace("_torchcompile", "").replace("_distributed", "_torchcompile")
-        out.append(f"**`{twin.name}`** (diff it against `{base}`):\n")
-        out.append("| line | trick |")
-        out.append("|---|---|")
-        for number, text in find_tricks(twin):
-            out.append(f"| [{number}](leanrl/{twin.name}#L{number}) | {text.replace('|', '/')} |")
+def scripts(root=ROOT):
+    """[(script, the file it is diffed against)]: each twin against its eager script, then each distributed
+    script against the twin it scales out; in the README's order (LABELS), then by name."""
+    leanrl = Path(root) / "leanrl"
+    twins = [(t, leanrl / t.name.replace("_torchcompile", "")) for t in leanrl.glob("*_torchcompile.py")]
+    dist = [(d, leanrl / d.name.replace("_distributed", "_torchcompile")) for d in leanrl.glob("*_distributed.py")]
+    order = list(LABELS)
+    return sorted(
+        twins + dist, key=lambda pair: (order.index(_pair(pair[0])) if _pair(pair[0]) in order else 99, pair[0].name)
+    )
+
+
+def _pair(script):
+    return script.name.removesuffix(".py").removesuffix("_torchcompile")
+
+
+def added_lines(script, base):
+    """The lines of script that its diff against base adds (all of it where base is missing)."""
+    new = script.read_text().splitlines()
+    if not base.exists():
+        return new
+    matcher = difflib.SequenceMatcher(None, base.read_text().splitlines(), new, autojunk=False)
+    return [
+        new[j] for tag, _, _, j1, j2 in matcher.get_opcodes() if tag in ("replace", "insert") for j in range(j1, j2)
+    ]
+
+
+def _key(text):
+    return " ".join(text.split()).rstrip(".")
+
+
+def tricks_doc(root=ROOT):
+    """docs/tricks.md: every distinct `# trick:` comment once, with links to every line that carries it."""
+    sections = {"twin": {}, "distributed": {}}  # key -> [text, [(script name, line)]]
+    for script, _ in scripts(root):
+        for number, text in find_tricks(script):
+            key = _key(text)
+            section = "distributed" if script.name.endswith("_distributed.py") else "twin"
+            if section == "distributed" and key in sections["twin"]:
+                section = "twin"  # a twin's trick that the distributed file keeps: one row, both places
+            sections[section].setdefault(key, [text, []])[1].append((script.name, number))
+    out = [
+        "# The tricks, line by line",
+        "",
+        "Generated by `python plots/tricks.py` from the `# trick:` comments of the scripts (a test fails when it",
+        "is stale): every difference between `leanrl/<algo>.py` and `leanrl/<algo>_torchcompile.py` is a speed",
+        "trick commented where it first appears, so `diff` of the pair with this list beside it is the lesson.",
+        "A comment that several scripts share is listed once, with every line that carries it. The",
+        "[README](../README.md#the-tricks) has the short catalogue.",
+        "",
+    ]
+    titles = {
+        "twin": "## Twins (diff each against its eager script)",
+        "distributed": "## Scaling out (diff the distributed file against its twin)",
+    }
+    for section, rows in sections.items():
+        if not rows:
+            continue
+        out += [titles[section], "", "| trick | where |", "|---|---|"]
+        for text, places in rows.values():
+            where = ", ".join(f"[`{name}:{n}`](../leanrl/{name}#L{n})" for name, n in places)
+            out.append(f"| {text.replace('|', '/')} | {where} |")
         out.append("")
-    return "\n".join(out).strip() + "\n"
+    return "\n".join(out)
+
+
+def catalogue(root=ROOT):
+    """(markdown table: one row per CATALOGUE entry, a mark per script whose diff uses it; rows used by none)."""
+    pairs = scripts(root)
+    added = {script: "\n".join(added_lines(script, base)) for script, base in pairs}
+    names = [_pair(script) for script, _ in pairs]
+    out = [
+        "| trick | what it buys | " + " | ".join(LABELS.get(n, n) for n in names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    unused = []
+    for trick, what, pattern in CATALOGUE:
+        marks = ["✓" if re.search(pattern, added[script]) else "" for script, _ in pairs]
+        if not any(marks):
+            unused.append(trick)
+        out.append(f"| {trick} | {what} | " + " | ".join(marks) + " |")
+    return "\n".join(out) + "\n", unused
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", default=str(ROOT / "README.md"))
-    parser.add_argument("--check", action="store_true", help="only check that the README is up to date")
+    parser.add_argument("--docs", default=str(ROOT / "docs" / "tricks.md"), help="the line-by-line list")
+    parser.add_argument("--check", action="store_true", help="only check that both are up to date")
     args = parser.parse_args(argv)
-    readme = Path(args.readme)
+    table, unused = catalogue()
+    if unused:
+        print(f"plots/tricks.py: catalogue rows used by no script: {unused}; fix CATALOGUE", file=sys.stderr)
+        return 1
+    readme, docs = Path(args.readme), Path(args.docs)
     text = readme.read_text()
-    new = splice(text, "tricks", tricks_markdown())
+    files = {readme: splice(text, "tricks", table), docs: tricks_doc()}
+    stale = [str(path) for path, new in files.items() if not path.exists() or path.read_text() != new]
     if args.check:
-        if new != text:
-            print("plots/tricks.py: README tricks section is out of date: run python plots/tricks.py", file=sys.stderr)
+        if stale:
+            print(f"plots/tricks.py: out of date: {', '.join(stale)}: run python plots/tricks.py", file=sys.stderr)
             return 1
         return 0
-    readme.write_text(new)
+    for path, new in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(new)
     return 0
 
 

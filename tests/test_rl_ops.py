@@ -1,4 +1,4 @@
-"""benchmarks/rl_ops.py: every form of every operator against an independent float64 reference.
+"""benchmarks/rl_operators.py, timed by rl_ops.py: every form of every operator against a float64 reference.
 
 The references here are written from the definitions, scalar by scalar (plain Python loops over time),
 in float64; gradients come from float64 autograd of the reference loss. Forms: the Python loop, every
@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks import rl_ops
+from benchmarks import rl_operators, rl_ops
 from tests.reference import gae_reference, ppo_loss_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,11 +84,11 @@ def td_lambda_reference(rewards, values, dones, next_value, next_done):
     return (loss, returns), torch.autograd.grad(loss, [v])
 
 
-def h_reference(x, eps=rl_ops.RESCALE_EPS):
+def h_reference(x, eps=rl_operators.RESCALE_EPS):
     return math.copysign(math.sqrt(abs(x) + 1) - 1, x) + eps * x
 
 
-def h_inverse_reference(y, eps=rl_ops.RESCALE_EPS):
+def h_inverse_reference(y, eps=rl_operators.RESCALE_EPS):
     """The textbook closed form (with the cancellation the module avoids; fine in float64)."""
     s = (math.sqrt(1 + 4 * eps * (abs(y) + 1 + eps)) - 1) / (2 * eps)
     return math.copysign(s * s - 1, y)
@@ -115,7 +115,9 @@ def qntd_reference(q, next_n_q, action, next_n_action, reward, done, weight, res
     return (loss, td), torch.autograd.grad(loss, [q64])
 
 
-def c51_reference(probs, reward_sum, discount, atoms=rl_ops.C51_ATOMS, v_min=rl_ops.C51_VMIN, v_max=rl_ops.C51_VMAX):
+def c51_reference(
+    probs, reward_sum, discount, atoms=rl_ops.C51_ATOMS, v_min=rl_operators.C51_VMIN, v_max=rl_operators.C51_VMAX
+):
     """Dopamine-style projection: split between floor and ceil; all mass on l when floor == ceil."""
     dz = (v_max - v_min) / (atoms - 1)
     B = len(reward_sum)
@@ -265,7 +267,7 @@ def lstm_reference(x, h0, c0, *params, cotangent):
 
 def scatter_reference(features, locations, cotangent):
     B, M, N = features.shape
-    out = torch.zeros(B, N, rl_ops.SCATTER_H, rl_ops.SCATTER_W, dtype=torch.float64)
+    out = torch.zeros(B, N, rl_operators.SCATTER_H, rl_operators.SCATTER_W, dtype=torch.float64)
     grad = torch.zeros(B, M, N, dtype=torch.float64)
     for b in range(B):
         for m in range(M):
@@ -355,7 +357,7 @@ def test_inputs_have_episode_ends_and_are_not_trivial():
 def test_ppo_stats_match_reference_fields():
     """approx_kl and clipfrac are compared too (they are outputs 4 and 5)."""
     args, _, _ = inputs_for("ppo", "B=20,N=6")
-    outs = rl_ops.ppo_vectorized(*args)
+    outs = rl_operators.ppo_vectorized(*args)
     ref, _ = ppo_reference(*args)
     assert 0 < float(ref[5]) < 1  # some samples clipped, some not
     for got, want in zip(outs, ref):
@@ -378,31 +380,35 @@ def test_reverse_scan_solvers(T, solver):
     for t in reversed(range(T)):
         x = b[t].double() + a[t].double() * x
         want[t] = x
-    torch.testing.assert_close(rl_ops.SCANS[solver](a, b, last), want.float())
+    torch.testing.assert_close(rl_operators.SCANS[solver](a, b, last), want.float())
 
 
 def test_gae_cumsum_refuses_underflow():
     rewards, values, dones, nv, nd = (torch.zeros(4000, 2),) * 3 + (torch.zeros(2),) * 2
     with pytest.raises(ValueError, match="underflow"):
-        rl_ops.gae_cumsum(rewards, values, dones, nv, nd, gamma=0.5, gae_lambda=0.5)
+        rl_operators.gae_cumsum(rewards, values, dones, nv, nd, gamma=0.5, gae_lambda=0.5)
 
 
 def test_value_rescale_and_exact_inverse():
     xs = [0.0, 1e-8, -1e-6, 0.3, -1.0, 2.5, -17.0, 123.0, -4.5e3, 1e6, -3e7]
     x = torch.tensor(xs, dtype=torch.float64)
-    h = rl_ops.value_rescale(x)
+    h = rl_operators.value_rescale(x)
     torch.testing.assert_close(h, torch.tensor([h_reference(v) for v in xs], dtype=torch.float64))
-    torch.testing.assert_close(rl_ops.inverse_value_rescale(h), x, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(rl_operators.inverse_value_rescale(h), x, rtol=1e-12, atol=1e-12)
     ys = torch.linspace(-300, 300, 2001, dtype=torch.float64)
     want = torch.tensor([h_inverse_reference(float(y)) for y in ys], dtype=torch.float64)
-    torch.testing.assert_close(rl_ops.inverse_value_rescale(ys), want, rtol=1e-9, atol=1e-9)
-    torch.testing.assert_close(rl_ops.value_rescale(rl_ops.inverse_value_rescale(ys)), ys, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(rl_operators.inverse_value_rescale(ys), want, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(
+        rl_operators.value_rescale(rl_operators.inverse_value_rescale(ys)), ys, rtol=1e-12, atol=1e-12
+    )
     # float32: the stable root keeps small values accurate
     y32 = torch.tensor([1e-4, -1e-3, 0.01, 5.0, -80.0])
-    torch.testing.assert_close(rl_ops.value_rescale(rl_ops.inverse_value_rescale(y32)), y32, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        rl_operators.value_rescale(rl_operators.inverse_value_rescale(y32)), y32, rtol=1e-5, atol=1e-6
+    )
 
 
-PROJECTORS = [rl_ops.c51_project, rl_ops.c51_project_hat, rl_ops.c51_project_loop]
+PROJECTORS = [rl_operators.c51_project, rl_operators.c51_project_hat, rl_operators.c51_project_loop]
 
 
 @pytest.mark.parametrize("project", PROJECTORS, ids=lambda f: f.__name__)
@@ -436,15 +442,28 @@ def test_c51_projection_exact_atom_targets_lose_no_mass(project):
 # ---------------------------------------------------------------------------------------------------
 
 
+def test_hpc_rl_table_is_in_the_repository_with_its_source():
+    """The V100 figures the benchmark compares against live in the repository (a clone has no ../shared)."""
+    text = rl_ops.HPC_RL_CSV.read_text()
+    assert rl_ops.HPC_RL_CSV.parent == ROOT / "benchmarks"
+    assert "Source: HPC_RL" in text and "32 GB V100" in text
+    assert len(rl_ops.HPC_RL_V100) == 56 and all(pt > 0 and fused > 0 for *_, pt, fused in rl_ops.HPC_RL_V100)
+    assert ("gae", "T=1024,B=64", 65850, 240) in rl_ops.HPC_RL_V100  # the spec's GAE target row
+    assert ("vtrace", "T=128,B=128,N=128", 11095, 459) in rl_ops.HPC_RL_V100  # and its V-trace one
+    assert {op for op, *_ in rl_ops.HPC_RL_V100} | {"vtrace_returns", "upgo_returns"} == set(OPS)
+
+
 def test_hpc_rl_table_matches_the_anchor_csv():
+    """The repository's copy is the anchors file unchanged (checked where ../shared sits beside the checkout)."""
     path = ROOT.parent / "shared" / "anchors" / "hpc_rl_v100.csv"
     if not path.exists():
-        pytest.skip("anchors csv not beside the checkout")
+        pytest.skip("anchors csv not beside the checkout (the repository's copy is checked above)")
     with path.open() as fh:
         rows = [(r["operator"], r["size"], int(r["pytorch_us"]), int(r["hpc_rl_us"])) for r in csv.DictReader(fh)]
     ours = [(rl_ops.CSV_NAMES.get(op, op), size, pt, fused) for op, size, pt, fused in rl_ops.HPC_RL_V100]
     assert sorted(ours) == sorted(rows)
-    assert {op for op, *_ in rl_ops.HPC_RL_V100} | {"vtrace_returns", "upgo_returns"} == set(OPS)
+    data_lines = [line for line in rl_ops.HPC_RL_CSV.read_text().splitlines() if not line.startswith("#")]
+    assert data_lines == path.read_text().splitlines()
 
 
 def test_every_benchmark_size_builds_valid_inputs():

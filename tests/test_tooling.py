@@ -1,6 +1,7 @@
 """plots/plot.py turns results lines into the right table; .ci/run runs the README's test command; lint."""
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -112,7 +113,7 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- test-command:start -->")[1].split("<!-- test-command:end -->")[0]
     command = [line for line in block.strip().splitlines() if not line.startswith("```")]
-    assert command == ["python3 -m pip install -r requirements/requirements-dev.txt && python3 -m pytest"]
+    assert command == ["python3 -m pip install -e . -r requirements/requirements-dev.txt && python3 -m pytest"]
     assert "README.md" in (ROOT / ".ci" / "run").read_text()
 
 
@@ -127,7 +128,49 @@ def test_readme_tricks_section_is_generated_from_the_twins():
     tricks = load_script("plots/tricks.py")
     for twin in (ROOT / "leanrl").glob("*_torchcompile.py"):
         assert tricks.find_tricks(twin), f"{twin.name} has no '# trick:' comment"
-    assert tricks.main(["--check"]) == 0, "README tricks section is stale: run python plots/tricks.py"
+    assert tricks.main(["--check"]) == 0, "README catalogue or docs/tricks.md is stale: run python plots/tricks.py"
+
+
+def test_tricks_check_covers_the_readme_catalogue_and_docs(tmp_path):
+    tricks = load_script("plots/tricks.py")
+    readme, docs = tmp_path / "README.md", tmp_path / "docs" / "tricks.md"
+    readme.write_text("x\n<!-- tricks:start -->\n<!-- tricks:end -->\n")
+    paths = ["--readme", str(readme), "--docs", str(docs)]
+    assert tricks.main(["--check", *paths]) == 1  # neither is generated yet
+    assert tricks.main(paths) == 0
+    assert tricks.main(["--check", *paths]) == 0
+    for stale in (readme, docs):
+        good = stale.read_text()
+        stale.write_text(good.replace("|", "/", 3))
+        assert tricks.main(["--check", *paths]) == 1, stale
+        stale.write_text(good)
+    table, unused = tricks.catalogue()
+    assert not unused, f"catalogue rows that no script's diff uses: {unused}"
+    names = [script.name for script, _ in tricks.scripts()]
+    assert table.splitlines()[0].count("|") == len(names) + 3  # a column per script
+    # docs/tricks.md lists each distinct comment once, however many scripts carry it
+    rows = [line.split(" | ")[0] for line in docs.read_text().splitlines() if line.startswith("| ") and "](" in line]
+    assert rows and len(rows) == len(set(rows))
+    carried = sum(len(tricks.find_tricks(ROOT / "leanrl" / name)) for name in names)
+    assert docs.read_text().count("](../leanrl/") == carried  # and links every line that carries one
+
+
+def test_readme_is_short_and_its_links_resolve():
+    readme = ROOT / "README.md"
+    assert readme.stat().st_size < 15_000, f"README.md is {readme.stat().st_size} bytes: move write-ups to docs/"
+    for page in [readme, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to missing {target}"
+
+
+def test_benchmark_tables_are_spliced_into_the_benchmarks_readme(tmp_path):
+    table = tmp_path / "rl_ops_cpu.md"
+    table.write_text("Measured on CPU only; the operator table\n")
+    readme, bench = tmp_path / "README.md", tmp_path / "bench.md"
+    readme.write_text("x\n<!-- speed-table:start -->\nold\n<!-- speed-table:end -->\n")
+    bench.write_text("y\n<!-- rl-ops:start -->\n<!-- rl-ops:end -->\n<!-- replay:start -->\n<!-- replay:end -->\n")
+    plot.main(["--rl-ops", str(table), "--readme", str(readme), "--benchmarks-readme", str(bench)])
+    assert "the operator table" in bench.read_text() and "old" in readme.read_text()
 
 
 def test_trick_comments_are_collected_with_their_continuation_lines(tmp_path):
