@@ -3,15 +3,8 @@
 Run: python leanrl/dqn_torchcompile.py --env-id CartPole-v1 --compile --cudagraphs
 """
 
-import json
-import math
-import os
-import platform
 import random
-import sys
-import time
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -21,9 +14,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
-import tqdm
 import tyro
 from tensordict.nn import CudaGraphModule
+
+from leanrl import bookkeeping as bk
 
 
 @dataclass
@@ -90,87 +84,9 @@ class Args:
     """the number of vector-env steps between gradient steps"""
 
 
-class Diverged(Exception):
-    """A loss became NaN or infinite."""
-
-
-def fail(msg):
-    """Bad input: one line on stderr naming the flag, exit code 2, no traceback."""
-    print(f"{Path(__file__).name}: error: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def looks_like_atari(env_id):
-    return env_id.startswith("ALE/") or "NoFrameskip" in env_id or env_id.endswith("-v5")
-
-
-def check_args(args):
-    """Reject bad input before any training (cheap env construction at most)."""
-    if getattr(args, "cudagraphs", False) and not (args.cuda and torch.cuda.is_available()):
-        fail("--cudagraphs needs CUDA, and none is available")
-    if args.measure_burnin < 0:
-        fail(f"--measure-burnin must be >= 0, got {args.measure_burnin}")
-    if args.eval_checkpoint is not None:
-        if not Path(args.eval_checkpoint).is_file():
-            fail(f"--eval-checkpoint {args.eval_checkpoint}: no such file")
-        if args.eval_episodes <= 0:
-            fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
-        if not 0.0 <= args.eval_epsilon <= 1.0:
-            fail(f"--eval-epsilon must be in [0, 1], got {args.eval_epsilon}")
-        return
-    for flag in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "train_frequency"):
-        if getattr(args, flag) <= 0:
-            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.target_network_frequency <= 0:
-        fail(f"--target-network-frequency must be positive, got {args.target_network_frequency}")
-    if args.learning_starts < 0:
-        fail(f"--learning-starts must be >= 0, got {args.learning_starts}")
-    if args.batch_size > args.buffer_size:
-        fail(f"--batch-size {args.batch_size} is larger than the buffer (--buffer-size {args.buffer_size})")
-    if args.total_timesteps < args.num_envs:
-        fail(f"--total-timesteps {args.total_timesteps} is smaller than one step of --num-envs {args.num_envs} envs")
-    if args.learning_starts >= args.total_timesteps:
-        fail(
-            f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: "
-            "the run would never learn"
-        )
-    if not 0.0 < args.exploration_fraction <= 1.0:
-        fail(f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
-    for flag in ("start_e", "end_e", "tau", "gamma"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            fail(f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
-    try:
-        gym.spec(args.env_id)
-    except gym.error.Error:
-        if looks_like_atari(args.env_id):
-            fail(
-                f"--env-id {args.env_id} looks like an Atari id, the wrong family for this script: "
-                "use dqn_atari_envpool.py, or a classic-control env such as CartPole-v1"
-            )
-        fail(f"--env-id {args.env_id} is not a registered gymnasium env (try CartPole-v1)")
-    try:
-        env = gym.make(args.env_id)
-    except Exception as err:
-        fail(f"--env-id {args.env_id} could not be made: {type(err).__name__}: {err}".splitlines()[0])
-    action_space, observation_space = env.action_space, env.observation_space
-    env.close()
-    if not isinstance(action_space, gym.spaces.Discrete):
-        fail(
-            f"--env-id {args.env_id} has a {type(action_space).__name__} action space, the wrong family for this "
-            "script: it needs Discrete actions, such as CartPole-v1's"
-        )
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-        shape = getattr(observation_space, "shape", None)
-        fail(
-            f"--env-id {args.env_id} has {type(observation_space).__name__} {shape} observations, the wrong family "
-            "for this script: its MLP needs flat vector (1-D Box) observations, such as CartPole-v1's"
-        )
-
-
 def make_envs(env_id, num_envs, **make_kwargs):
-    # gymnasium 1.x resets a finished env on the *next* step by default (and that step is no transition). Here the
-    # reset happens in the same step: the returned obs begins the new episode, the true last obs is in
-    # infos["final_obs"], the episode's statistics in infos["final_info"]
+    # gymnasium 1.x resets a finished env on the *next* step by default; here in the same step: the returned obs begins
+    # the new episode, the true last obs is in infos["final_obs"], the episode's statistics in infos["final_info"]
     return gym.vector.SyncVectorEnv(
         [lambda: gym.wrappers.RecordEpisodeStatistics(gym.make(env_id, **make_kwargs)) for _ in range(num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
@@ -178,22 +94,12 @@ def make_envs(env_id, num_envs, **make_kwargs):
 
 
 def real_next_obs(next_obs, infos):
-    """The obs each env reached in this step: the true final obs where an episode ended (terminated or truncated),
-    not the reset obs that begins the next one. A truncated transition bootstraps from it."""
+    """The obs each env reached: where an episode ended, its true final obs, not the reset obs that begins the next."""
     real = next_obs.copy()
     if "final_obs" in infos:
         for i in np.flatnonzero(infos["_final_obs"]):
             real[i] = infos["final_obs"][i]
     return real
-
-
-def finished_episodes(infos):
-    """(episodic return, length) of each episode that ended in this vector step."""
-    final = infos.get("final_info", {})
-    if "episode" not in final:
-        return []
-    ended = np.flatnonzero(final["_episode"])
-    return [(float(final["episode"]["r"][i]), int(final["episode"]["l"][i])) for i in ended]
 
 
 class QNetwork(nn.Module):
@@ -217,9 +123,7 @@ def linear_schedule(start_e, end_e, duration, t):
 
 
 def dqn_target(rewards, next_q_values, terminations, gamma):
-    """CleanRL's TD target r + gamma * max_a Q_target(s', a), with no bootstrap from a terminated s'.
-
-    next_q_values: (B, A) target-network values of the (true) next obs; rewards, terminations: (B,)."""
+    """CleanRL's TD target r + gamma * max_a Q_target(s', a), no bootstrap past a terminated s'; next_q_values: B, A."""
     target_max, _ = next_q_values.max(dim=1)
     return rewards + gamma * target_max * (1 - terminations)
 
@@ -292,117 +196,59 @@ def update_target(target_network, q_network, tau):
     """target <- tau * online + (1 - tau) * target (tau = 1: a copy)."""
     # trick: one fused multi-tensor lerp, in place (a CUDA graph of the update reads these very tensors). A separate
     # small compiled function called every --target-network-frequency steps, rather than a masked lerp inside
-    # the update: no work on the other 49 updates out of 50. lerp with weight 1 returns the online values exactly
+    # the update: no work on the other updates. lerp with weight 1 returns the online values exactly
     with torch.no_grad():
         torch._foreach_lerp_(list(target_network.parameters()), list(q_network.parameters()), tau)
 
 
-def cpu_name():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def sps_since(mark, steps):
-    """Env steps/s since mark = (wall time, steps done then); None when no step was done since."""
-    elapsed = time.time() - mark[0]
-    return (steps - mark[1]) / elapsed if steps > mark[1] and elapsed > 0 else None
-
-
-def finite_or_none(x):
-    """Strict JSON: a non-finite float becomes null (also inside dicts and lists)."""
-    if isinstance(x, dict):
-        return {k: finite_or_none(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [finite_or_none(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-def write_results(args, device, **fields):
-    """Append the run's one JSON line to args.results_file."""
-    line = dict(
-        script=Path(__file__).name,
-        env_id=args.env_id,
-        seed=args.seed,
-        compile=getattr(args, "compile", False),
-        cudagraphs=getattr(args, "cudagraphs", False),
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        cpu=cpu_name(),
-        cpu_count=os.cpu_count(),
-        torch=torch.__version__,
-        total_timesteps=args.total_timesteps,
-        time=datetime.now(UTC).isoformat(timespec="seconds"),
-    )
-    line.update(fields)
-    path = Path(args.results_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(finite_or_none(line), allow_nan=False) + "\n")
-
-
-def summary_line(status, steps, sps, mean_return, episodes, results_file, run_dir):
-    """The one line a run prints when it ends."""
-    sps_text = f"{sps:.0f}" if sps is not None and math.isfinite(sps) else "n/a"
-    ret_text = f"{mean_return:.1f}" if mean_return is not None and math.isfinite(mean_return) else "n/a"
-    return (
-        f"{Path(__file__).name}: {status}: {steps} steps, {sps_text} steps/s, mean return {ret_text} over "
-        f"{episodes} episodes; results: {results_file}, run folder: {run_dir}"
-    )
-
-
-def save_checkpoint(path, args, q_network):
-    """The Q-network's weights and the run's arguments, written atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"args": asdict(args), "model": q_network.state_dict()}, tmp)
-    os.replace(tmp, path)
+def check_args(args):
+    """Reject bad input before any training."""
+    positive = ("num_envs", "total_timesteps", "buffer_size", "batch_size", "train_frequency")
+    bk.check_flags(__file__, args, (*positive, "target_network_frequency"))
+    if args.eval_checkpoint is not None:
+        if not 0.0 <= args.eval_epsilon <= 1.0:
+            bk.fail(__file__, f"--eval-epsilon must be in [0, 1], got {args.eval_epsilon}")
+        return
+    if args.learning_starts < 0:
+        bk.fail(__file__, f"--learning-starts must be >= 0, got {args.learning_starts}")
+    if args.batch_size > args.buffer_size:
+        bk.fail(__file__, f"--batch-size {args.batch_size} is larger than the buffer, --buffer-size {args.buffer_size}")
+    if args.total_timesteps < args.num_envs:
+        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one step of --num-envs "
+             f"{args.num_envs} envs")  # fmt: skip
+    if args.learning_starts >= args.total_timesteps:
+        bk.fail(__file__, f"--learning-starts {args.learning_starts} is not below --total-timesteps "
+             f"{args.total_timesteps}: the run would never learn")  # fmt: skip
+    if not 0.0 < args.exploration_fraction <= 1.0:
+        bk.fail(__file__, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
+    for flag in ("start_e", "end_e", "tau", "gamma"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            bk.fail(__file__, f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
+    bk.check_gym_env(__file__, args.env_id, gym.spaces.Discrete, "CartPole-v1")
+    if not isinstance(gym.make(args.env_id).observation_space, gym.spaces.Box):  # e.g. FrozenLake's Discrete states
+        bk.fail(__file__, f"--env-id {args.env_id} has no vector observations, the wrong family (try CartPole-v1)")
 
 
 def evaluate(args, device):
     """Play args.eval_episodes episodes epsilon-greedily (args.eval_epsilon) with a saved Q-network."""
-    try:
-        checkpoint = torch.load(args.eval_checkpoint, map_location=device, weights_only=True)
-        train_args, state = checkpoint["args"], checkpoint["model"]
-        obs_dim, n_actions = state["network.0.weight"].shape[1], state["network.4.weight"].shape[0]
-    except Exception as err:
-        fail(f"--eval-checkpoint {args.eval_checkpoint} is not a checkpoint of this script ({type(err).__name__})")
-    args.env_id, args.total_timesteps = train_args["env_id"], 0
-    random.seed(args.seed)
-    np.random.seed(args.seed)
+    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
+    if "network.0.weight" not in checkpoint["model"]:  # another script's checkpoint
+        bk.fail(__file__, f"--eval-checkpoint {args.eval_checkpoint} is not a checkpoint of this script")
+    args.env_id = checkpoint["args"]["env_id"]
+    np.random.seed(args.seed)  # the exploration coins
     torch.manual_seed(args.seed)
-    envs = make_envs(args.env_id, 1)
-    q_network = QNetwork(obs_dim, n_actions).to(device)
-    q_network.load_state_dict(state)
-    run_name = f"{args.env_id}__{args.exp_name}__eval__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.results_file).parent / run_name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with bk.Run(__file__, args, device, burnin=0, mode="eval") as run:
+        envs = make_envs(args.env_id, 1)
+        n_actions = int(envs.single_action_space.n)
+        q_network = QNetwork(envs.single_observation_space.shape[0], n_actions).to(device)
+        q_network.load_state_dict(checkpoint["model"])
 
-    start_time, steps, returns = time.time(), 0, []
-    with (run_dir / "returns.csv").open("w") as returns_csv:
-        returns_csv.write("step,wall_s,return\n")
-        obs, _ = envs.reset(seed=args.seed)
-        while len(returns) < args.eval_episodes:
-            obs_t = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        def act(obs):
             with torch.no_grad():
-                actions = epsilon_greedy(q_network, obs_t, torch.tensor(args.eval_epsilon, device=device))
-            obs, _, _, _, infos = envs.step(actions.cpu().numpy())
-            steps += 1
-            for episodic_return, _ in finished_episodes(infos):
-                returns.append(episodic_return)
-                returns_csv.write(f"{steps},{time.time() - start_time:.3f},{episodic_return}\n")
-    envs.close()
-    wall, mean_return = time.time() - start_time, float(np.mean(returns))
-    write_results(
-        args, device, run_name=run_name, mode="eval", checkpoint=args.eval_checkpoint, steps=steps,
-        sps=steps / wall, wall_s=wall, mean_return=mean_return, episodes=len(returns),
-        status="ok", losses={}, message=None,
-    )  # fmt: skip
-    print(summary_line("ok", steps, steps / wall, mean_return, len(returns), args.results_file, run_dir))
+                obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+                return epsilon_greedy(q_network, obs, torch.tensor(args.eval_epsilon, device=device)).cpu().numpy()
+
+        run.play(envs, act, lambda *step: [r for r, _ in bk.gym_episodes(step[-1])], args.eval_episodes, seed=args.seed)
 
 
 def main(args):
@@ -411,97 +257,79 @@ def main(args):
     if args.eval_checkpoint is not None:
         return evaluate(args, device)
     num_iterations = args.total_timesteps // args.num_envs
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.results_file).parent / run_name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            config=vars(args),
-            name=run_name,
-            sync_tensorboard=False,
-        )
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-
     # trick: TF32 matmuls on GPUs that have them
     torch.set_float32_matmul_precision("high")
 
-    # env setup
-    envs = make_envs(args.env_id, args.num_envs)
-    obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
-    q_network = QNetwork(obs_dim, n_actions).to(device)
-    # trick: the lr is a device tensor (a new value recompiles nothing); fused Adam updates every parameter in one
-    # CUDA kernel (on a CPU the default foreach Adam is faster); capturable keeps its step count on the GPU, so a
-    # step never syncs and can be captured (torch.compile arranges this itself)
-    optimizer = optim.Adam(
-        q_network.parameters(),
-        lr=torch.tensor(args.learning_rate, device=device),
-        fused=device.type == "cuda",
-        capturable=device.type == "cuda" and not args.compile,
-    )
-    target_network = QNetwork(obs_dim, n_actions).to(device)
-    target_network.load_state_dict(q_network.state_dict())
+    # the steps/s meter starts --measure-burnin iterations after learning starts
+    burnin = args.learning_starts // args.num_envs + args.measure_burnin + 1
+    with bk.Run(__file__, args, device, burnin=burnin) as run:
+        # env setup
+        envs = make_envs(args.env_id, args.num_envs)
+        obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
+        q_network = QNetwork(obs_dim, n_actions).to(device)
+        # trick: fused Adam updates every parameter in one CUDA kernel (on a CPU the default foreach Adam is faster);
+        # capturable keeps its step count on the GPU, so a step never syncs and can be captured (torch.compile
+        # arranges this itself)
+        optimizer = optim.Adam(
+            q_network.parameters(),
+            lr=args.learning_rate,
+            fused=device.type == "cuda",
+            capturable=device.type == "cuda" and not args.compile,
+        )
+        target_network = QNetwork(obs_dim, n_actions).to(device)
+        target_network.load_state_dict(q_network.state_dict())
 
-    buffer = make_buffer(args.buffer_size, obs_dim, device)
-    count = torch.zeros((), dtype=torch.long, device=device)
+        buffer, count = make_buffer(args.buffer_size, obs_dim, device), torch.zeros((), dtype=torch.long, device=device)
 
-    # trick: torch.compile fuses the small ops of the policy step, the buffer write and the update, and removes most
-    # of their Python overhead; CudaGraphModule records each as a CUDA graph and replays it with one launch (inputs
-    # copied into static buffers, outputs cloned out). The functions are compiled before the modules, optimizer,
-    # buffer and non-tensor arguments are bound with partial: each keeps its own compiled code (compiled partials
-    # would share one code cache and check each other's guards), and a CUDA graph takes only tensors and reads the
-    # bound tensors in place. The warmup calls run before the capture: the compiler has finished and Adam has made
-    # its state by then.
-    policy_fn, add_fn, train_fn, target_fn = epsilon_greedy, buffer_add, train_step, update_target
-    if args.compile:
-        train_fn, target_fn = torch.compile(train_fn), torch.compile(target_fn, fullgraph=True)
-    if args.compile and device.type == "cuda":
-        # trick: the per-env-step functions only on CUDA, where they fuse kernels and feed the CUDA graphs. On a CPU
-        # a compiled call's fixed cost (guards, wrappers: ~100 us on a loaded 2-core EPYC) exceeds what it saves on
-        # a batch-1 MLP forward or a one-row buffer write, so there they run eagerly
-        policy_fn, add_fn = torch.compile(policy_fn, fullgraph=True), torch.compile(add_fn, fullgraph=True)
-    policy, add_fn = partial(policy_fn, q_network), partial(add_fn, buffer)
-    train_fn = partial(
-        train_fn, q_network, target_network, optimizer, buffer, batch_size=args.batch_size, gamma=args.gamma
-    )
-    target_fn = partial(target_fn, target_network, q_network, args.tau)
-    if args.cudagraphs:
-        policy = CudaGraphModule(policy, warmup=5)
-        add_fn = CudaGraphModule(add_fn, warmup=5)
-        train_fn = CudaGraphModule(train_fn, warmup=5)
-        # trick: the target update is captured too, as a graph of its own (it runs apart from the update: see
-        # update_target; its steps need not be training steps)
-        target_fn = CudaGraphModule(target_fn, warmup=2)
-    # no-ops (the target equals the online network yet) that compile the target update, and with --cudagraphs warm it
-    # up twice and capture it, before the clock runs
-    for _ in range(3 if args.cudagraphs else 1):
-        target_fn()
-    epsilon_t = torch.ones((), device=device)
+        # trick: torch.compile fuses the small ops of the policy step, the buffer write and the update, and removes most
+        # of their Python overhead; CudaGraphModule records each as a CUDA graph and replays it with one launch (inputs
+        # copied into static buffers, outputs cloned out). The functions are compiled before the modules, optimizer,
+        # buffer and non-tensor arguments are bound with partial: each keeps its own compiled code (compiled partials
+        # would share one code cache and check each other's guards), and a CUDA graph takes only tensors and reads the
+        # bound tensors in place. The warmup calls run before the capture: the compiler has finished and Adam has made
+        # its state by then.
+        policy_fn, add_fn, train_fn, target_fn = epsilon_greedy, buffer_add, train_step, update_target
+        if args.compile:
+            train_fn, target_fn = torch.compile(train_fn), torch.compile(target_fn, fullgraph=True)
+        if args.compile and device.type == "cuda":
+            # trick: the per-env-step functions only on CUDA, where they fuse kernels and feed the CUDA graphs. On a
+            # CPU a compiled call's fixed cost (guards, wrappers) exceeds what it saves on a batch-1 MLP forward or a
+            # one-row buffer write, so there they run eagerly
+            policy_fn, add_fn = torch.compile(policy_fn, fullgraph=True), torch.compile(add_fn, fullgraph=True)
+        policy, add_fn = partial(policy_fn, q_network), partial(add_fn, buffer)
+        train_fn = partial(
+            train_fn, q_network, target_network, optimizer, buffer, batch_size=args.batch_size, gamma=args.gamma
+        )
+        target_fn = partial(target_fn, target_network, q_network, args.tau)
+        if args.cudagraphs:
+            policy = CudaGraphModule(policy, warmup=5)
+            add_fn = CudaGraphModule(add_fn, warmup=5)
+            train_fn = CudaGraphModule(train_fn, warmup=5)
+            # trick: the target update is captured too, as a graph of its own (it runs apart from the update: see
+            # update_target; its steps need not be training steps)
+            target_fn = CudaGraphModule(target_fn, warmup=2)
+        # no-ops (the target equals the online network yet) that compile the target update, and with --cudagraphs warm
+        # it up twice and capture it, before the clock runs
+        for _ in range(3 if args.cudagraphs else 1):
+            target_fn()
+        epsilon_t = torch.ones((), device=device)
 
-    # run bookkeeping: the results line is written in `finally`, also when the run fails
-    start_time = time.time()
-    global_step, episode_returns, losses, stats, epsilon = 0, [], {}, None, args.start_e
-    burnin_mark = None  # (wall time, steps) where the steps/s figure starts: after the burn-in
-    status, message = "ok", None
-    returns_csv = (run_dir / "returns.csv").open("w")
-    returns_csv.write("step,wall_s,return\n")
-    try:
+        # TRY NOT TO MODIFY: start the game
+        global_step, stats = 0, None
         obs, _ = envs.reset(seed=args.seed)
         obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-        pbar = tqdm.trange(num_iterations, desc=Path(__file__).stem, unit="it", mininterval=1.0)
-        for iteration in pbar:
+        for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             epsilon = linear_schedule(
                 args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
             )
+            run.fields["epsilon"] = epsilon  # the results line reports the last one
             with torch.no_grad():
                 actions = policy(obs, epsilon_t.fill_(epsilon))  # trick: epsilon written in place
 
@@ -509,27 +337,16 @@ def main(args):
             next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
             learning = global_step > args.learning_starts
             global_step += args.num_envs
-            for episodic_return, episodic_length in finished_episodes(infos):
-                episode_returns.append(episodic_return)
-                returns_csv.write(f"{global_step},{time.time() - start_time:.3f},{episodic_return}\n")
-                if args.track:
-                    wandb.log(
-                        {
-                            "charts/episodic_return": episodic_return,
-                            "charts/episodic_length": episodic_length,
-                            "charts/epsilon": epsilon,
-                        },
-                        step=global_step,
-                    )
+            for episodic_return, episodic_length in bk.gym_episodes(infos):
+                run.episode(global_step, episodic_return, episodic_length)
 
-            # save data to the replay buffer: a truncated episode's transition keeps its true last obs (and
-            # bootstraps from it); only a terminated one stops the bootstrap
             # trick: the actions never leave the device for the buffer; non_blocking host-to-device copies, and the
             # next obs uploaded once (a second upload only where an episode ended)
             next_obs_t = torch.as_tensor(next_obs, dtype=torch.float32).to(device, non_blocking=True)
             real_next_obs_t = next_obs_t
             if "final_obs" in infos:
                 real_next_obs_t = torch.as_tensor(real_next_obs(next_obs, infos), dtype=torch.float32).to(device)
+            # save data to the replay buffer: a truncated transition keeps its true last obs and bootstraps from it
             transition = dict(
                 obs=obs,
                 actions=actions,
@@ -549,56 +366,19 @@ def main(args):
                 # update target network
                 if iteration % args.target_network_frequency == 0:
                     target_fn()
-                if burnin_mark is None and global_step > args.learning_starts + args.measure_burnin * args.num_envs:
-                    burnin_mark = (time.time(), global_step)
+            run.tick(global_step)
 
             # log point: read the losses every 100 steps, and stop on a non-finite one
             if iteration % 100 == 0 or iteration == num_iterations - 1:
                 if stats is not None:
-                    losses = {"td_loss": float(stats[0]), "q_values": float(stats[1])}
-                    for name, value in losses.items():
-                        if not math.isfinite(value):
-                            raise Diverged(f"loss diverged at step {global_step}: {name}={value}")
+                    run.check_finite(global_step, {"td_loss": stats[0], "q_values": stats[1]})
                 if iteration % 1000 == 0:
-                    sps = sps_since(burnin_mark or (start_time, 0), global_step)
-                    recent = np.mean(episode_returns[-100:]) if episode_returns else float("nan")
-                    pbar.set_postfix(sps=f"{sps or 0:.0f}", ret=f"{recent:.1f}")
-                    if args.track:
-                        wandb.log(
-                            {"charts/SPS": sps or 0.0, **{f"losses/{k}": v for k, v in losses.items()}},
-                            step=global_step,
-                        )
+                    losses = {f"losses/{k}": v for k, v in run.losses.items()}
+                    run.report(global_step, {"charts/epsilon": epsilon, **losses})
 
-        if args.save_model:
-            model_path = run_dir / f"{args.exp_name}.pt"
-            save_checkpoint(model_path, args, q_network)
-            print(f"model saved to {model_path}")
-    except KeyboardInterrupt:
-        status, message = "interrupted", "interrupted by the user"
-    except Diverged as err:
-        status, message = "diverged", str(err)
-        print(f"{Path(__file__).name}: {message}", file=sys.stderr)
-    except Exception as err:
-        status, message = "error", f"{type(err).__name__}: {err}"
-        raise
-    finally:
-        returns_csv.close()
         envs.close()
-        # a run that ends inside its burn-in is measured from its start
-        sps = sps_since(burnin_mark if burnin_mark and burnin_mark[1] < global_step else (start_time, 0), global_step)
-        mean_return = float(np.mean(episode_returns[-100:])) if episode_returns else None
-        write_results(
-            args, device, run_name=run_name, mode="train", steps=global_step, sps=sps,
-            wall_s=time.time() - start_time, mean_return=mean_return, episodes=len(episode_returns),
-            status=status, losses=losses, message=message, epsilon=epsilon,
-        )  # fmt: skip
-        print(summary_line(status, global_step, sps, mean_return, len(episode_returns), args.results_file, run_dir))
-        if args.track:
-            wandb.finish()
-    if status == "interrupted":
-        sys.exit(130)
-    if status == "diverged":
-        sys.exit(1)
+        if args.save_model:
+            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=q_network.state_dict())
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ learning on CartPole-v1."""
 import copy
 import csv
 import math
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -277,8 +278,9 @@ def filled_buffer(mod, capacity, filled, seed):
 
 
 def test_compiled_twin_update_equals_eager_update():
-    """Same init, same batches: the eager update (float lr) and the twin's compiled update (tensor lr, changed in
-    place between calls) give the same losses and parameters; the target network is read, never written."""
+    """Same init, same batches: the eager update (float lr) and the twin's compiled update give the same losses and
+    parameters; the target network is read, never written. The scripts never change their lr, but the compiled update
+    stays exact and recompiles nothing with a tensor lr changed in place between calls (a schedule would do that)."""
     torch.manual_seed(0)
     q_e, target_e = eager.QNetwork(4, 2), eager.QNetwork(4, 2)
     q_t, target_t = copy.deepcopy(q_e), copy.deepcopy(target_e)
@@ -415,7 +417,17 @@ def test_save_model_then_evaluate_checkpoint(name, tmp_path):
     line = lines[-1]
     assert line["mode"] == "eval" and line["status"] == "ok" and line["env_id"] == "CartPole-v1"
     assert line["episodes"] == 3 and line["mean_return"] > 0 and line["steps"] > 0
-    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    assert line["checkpoint"] == str(checkpoint_path) and line["total_timesteps"] == 0
+    # the evaluation reports the checkpoint's folder and writes its return curve there (no new run folder)
+    summary = assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    assert (
+        Path(summary["run_dir"]) == checkpoint_path.parent.resolve() and line["run_name"] == checkpoint_path.parent.name
+    )
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [checkpoint_path.parent.name]
+    rows = list(csv.reader((checkpoint_path.parent / "eval_returns.csv").open()))
+    assert rows[0] == ["step", "wall_s", "return"] and len(rows) == 4
+    returns = [float(row[2]) for row in rows[1:]]
+    assert line["mean_return"] == pytest.approx(sum(returns) / 3) and int(rows[-1][0]) == line["steps"]
 
 
 BAD_INPUTS = [
@@ -429,6 +441,7 @@ BAD_INPUTS = [
     (["--num-envs", "0"], "--num-envs"),
     (["--train-frequency", "-1"], "--train-frequency"),
     (["--exploration-fraction", "0"], "--exploration-fraction"),
+    (["--learning-rate", "-1"], "--learning-rate"),
 ]
 
 
@@ -448,12 +461,22 @@ SUBPROCESS_CASES = [
     (EAGER, *BAD_INPUTS[4]),
     (EAGER, *BAD_INPUTS[5]),
     (TWIN, ["--cudagraphs"], "--cudagraphs"),
+    (TWIN, ["--learning-rate", "-1"], "--learning-rate"),
 ]
 
 
 @pytest.mark.parametrize("name,args,flag", SUBPROCESS_CASES, ids=[f"{n} {' '.join(a)}" for n, a, _ in SUBPROCESS_CASES])
 def test_bad_input_exits_2_with_one_line(name, args, flag, tmp_path):
     check_bad_input(name, args, flag, tmp_path)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_results_file_that_is_a_folder_or_under_a_file_exits_2(name, tmp_path):
+    """The whole command-line path (run_script names its own --results-file first; the later flag wins)."""
+    (tmp_path / "a_file").write_text("")
+    for results in (tmp_path, tmp_path / "a_file" / "results.jsonl"):
+        check_bad_input(name, ["--results-file", str(results)], "--results-file", tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"] and not (tmp_path / "a_file").read_text()
 
 
 class ImageEnv(gym.Env):
@@ -486,6 +509,22 @@ def test_main_rejects_bad_input(name, flags, args, flag, capsys, tmp_path):
     if "TestImageEnv-v0" in args:
         assert "(84, 84, 3)" in err
     assert not list(tmp_path.iterdir()), "a bad input leaves no results line and no run folder"
+
+
+@pytest.mark.parametrize("name,flags", VARIANTS, ids=["eager", "twin", "twin-compile"])
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_main_rejects_bad_results_file(name, flags, where, capsys, tmp_path):
+    """--results-file naming a folder, or a path under a file: one line, exit 2, before any work; nothing written."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    results = tmp_path if where == "a folder" else blocker / "results.jsonl"
+    cli = tyro.cli(MODULES[name].Args, args=[*flags, "--no-cuda", "--results-file", str(results)])
+    with pytest.raises(SystemExit) as exit_info:
+        MODULES[name].main(cli)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"{name}.py: error: --results-file {results}"), err
+    assert [p.name for p in tmp_path.iterdir()] == ["a_file"] and blocker.read_text() == ""
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
