@@ -109,7 +109,7 @@ def check_atari_env(script, env_id):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # gymnasium's notes on other families' spaces
             spec = envpool.make_spec(env_id)
-        obs_space, act_space = spec.observation_space, spec.action_space
+            obs_space, act_space = spec.observation_space, spec.action_space  # the spaces warn as they are made
         is_atari = obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8
         is_atari = is_atari and isinstance(act_space, gym.spaces.Discrete)
     except Exception:
@@ -249,10 +249,13 @@ class Run:
 
     Steps/s: `burnin` ticks are left out; the speed is measured from the tick that ends the burn-in to the last
     tick (from the start when the run ends inside its burn-in; none before the first tick).
+
+    record=False: a run that keeps its meter, its checks and its exit status but writes and prints nothing (no
+    folder, curve, progress bar, wandb, results line or summary): the other ranks of a distributed run.
     """
 
-    def __init__(self, script, args, device, burnin=None, mode="train", **fields):
-        self.script, self.args, self.mode = Path(script).name, args, mode
+    def __init__(self, script, args, device, burnin=None, mode="train", record=True, **fields):
+        self.script, self.args, self.mode, self.record = Path(script).name, args, mode, record
         self.burnin = args.measure_burnin if burnin is None else burnin
         self.start_time = time.time()
         self.returns, self.losses, self.steps, self.ticks = [], {}, 0, 0
@@ -264,7 +267,8 @@ class Run:
         else:
             self.name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(self.start_time)}"
             self.dir = Path(args.results_file).parent / self.name
-            self.dir.mkdir(parents=True, exist_ok=True)
+            if record:
+                self.dir.mkdir(parents=True, exist_ok=True)
             curve = self.dir / "returns.csv"
         self.fields = dict(
             script=self.script,
@@ -283,10 +287,10 @@ class Run:
         )
         if mode == "eval":
             self.fields["checkpoint"] = args.eval_checkpoint
-        self.curve = curve.open("w", buffering=1)  # line by line: it can be watched live
+        self.curve = (curve if record else Path(os.devnull)).open("w", buffering=1)  # line by line: watch it live
         self.curve.write("step,wall_s,return\n")
         self.wandb = None
-        if args.track and mode == "train":
+        if args.track and mode == "train" and record:
             import wandb
 
             wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=vars(args), name=self.name)
@@ -295,12 +299,13 @@ class Run:
 
     def progress(self, iterable):
         """The iterations of the loop, with a progress bar that report() keeps up to date."""
-        self.pbar = tqdm.tqdm(iterable, desc=Path(self.script).stem, mininterval=1.0)
+        self.pbar = tqdm.tqdm(iterable, desc=Path(self.script).stem, mininterval=1.0, disable=not self.record)
         return self.pbar
 
     def episode(self, step, episodic_return, episodic_length=None, **logs):
         """An episode (a whole game on Atari) ended at env step `step`."""
         self.returns.append(episodic_return)
+        self.steps = max(self.steps, step)  # a run that stops between ticks reports the steps it did
         self.curve.write(f"{step},{time.time() - self.start_time:.3f},{episodic_return}\n")
         if self.wandb:
             logs["charts/episodic_return"] = episodic_return
@@ -330,6 +335,7 @@ class Run:
         values = list(losses.values())
         if values and isinstance(values[0], torch.Tensor):
             values = torch.stack([v.detach().float() for v in values]).tolist()
+        self.steps = max(self.steps, step)
         self.losses = dict(zip(losses, map(float, values)))
         for name, value in self.losses.items():
             if not math.isfinite(value):
@@ -387,10 +393,11 @@ class Run:
         )
         line = finite_or_none(line)
         path = Path(self.args.results_file)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as f:
-            f.write(json.dumps(line, allow_nan=False) + "\n")
-        print(self.summary(line), flush=True)
+        if self.record:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as f:
+                f.write(json.dumps(line, allow_nan=False) + "\n")
+            print(self.summary(line), flush=True)
         if self.wandb:
             self.wandb.finish()
         if self.status == "interrupted":

@@ -13,8 +13,17 @@ import gymnasium as gym
 import pytest
 import torch
 import tyro
-from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script
+from conftest import (
+    args_from_flags,
+    assert_finite_results_line,
+    assert_main_exits_2_with_one_line,
+    assert_summary_matches,
+    load_script,
+    run_script,
+)
 from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
+
+from leanrl import bookkeeping as bk
 
 EAGER, TWIN = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
 SCRIPTS = [EAGER, TWIN]
@@ -281,7 +290,9 @@ def test_graph_breaks_of_the_twin_update_are_pytorchs_own():
 
 def test_checkpoint_loads_to_the_cpu_for_numpy(tmp_path):
     """The observation statistics reach numpy from the CPU whatever the device: a checkpoint loaded straight to the
-    device (map_location=device) crashed evaluation on CUDA. 'meta' stands for a device numpy cannot read."""
+    device (map_location=device) crashed evaluation on CUDA. Each script's save_model writes the weights and env 0's
+    statistics; bk.load_checkpoint reads them back on the CPU, where numpy reads them as they were (evaluation then
+    loads the weights into its agent on the device)."""
     envs = eager.make_envs("InvertedPendulum-v4", 0.99, 1)
     envs.reset(seed=0)
     for _ in range(20):
@@ -291,22 +302,34 @@ def test_checkpoint_loads_to_the_cpu_for_numpy(tmp_path):
         module = MODULES[name]
         agent = module.Agent(envs)
         path = tmp_path / f"{name}.pt"
-        module.save_checkpoint(path, module.Args(env_id="InvertedPendulum-v4"), agent, envs)
-        train_args, weights, obs_stats = module.load_checkpoint(path, torch.device("meta"))
-        assert train_args["env_id"] == "InvertedPendulum-v4"
+        module.save_model(path, module.Args(env_id="InvertedPendulum-v4"), agent, envs)
+        checkpoint = bk.load_checkpoint(module.__file__, path, "model", "obs_rms")
+        assert checkpoint["args"]["env_id"] == "InvertedPendulum-v4"
+        rms = checkpoint["obs_rms"]
+        obs_stats = dict(mean=rms["mean"].numpy(), var=rms["var"].numpy(), count=rms["count"])
         assert type(obs_stats["mean"]) is type(saved.mean) and obs_stats["count"] == saved.count > 20
         assert (obs_stats["mean"] == saved.mean).all() and (obs_stats["var"] == saved.var).all()
+        weights = checkpoint["model"]
         assert weights.keys() == agent.state_dict().keys()
         for key, value in agent.state_dict().items():
-            assert weights[key].device.type == "meta" and weights[key].shape == value.shape, key
+            assert weights[key].device.type == "cpu" and torch.equal(weights[key], value), key
     envs.close()
+
+
+def test_a_file_that_is_not_a_checkpoint_of_the_script_exits_2(capsys, tmp_path):
+    """--eval-checkpoint of a file that holds no weights and statistics: one line naming the flag, exit 2."""
+    path = tmp_path / "other.pt"
+    torch.save({"args": {}, "model": {}}, path)  # no obs_rms: another script's checkpoint
+    for name in SCRIPTS:
+        args = args_from_flags(MODULES[name], ["--eval-checkpoint", str(path)])
+        assert_main_exits_2_with_one_line(MODULES[name], name, args, "--eval-checkpoint", capsys, tmp_path)
 
 
 # ---------------------------------------------------------------- scripts as subprocesses
 
 
-def check_returns_csv(line, tmp_path):
-    path = tmp_path / line["run_name"] / "returns.csv"
+def check_returns_csv(line, tmp_path, name="returns.csv"):
+    path = tmp_path / line["run_name"] / name
     rows = list(csv.reader(path.open()))
     assert rows[0] == ["step", "wall_s", "return"]
     assert len(rows) - 1 == line["episodes"]
@@ -360,10 +383,15 @@ def test_save_model_then_evaluate_checkpoint(name, tmp_path):
     assert line["episodes"] == 3
     summary = assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
     assert Path(summary["run_dir"]) == checkpoint_path.parent.resolve()
+    # the evaluation's return curve is in the checkpoint's folder, next to the training's
+    assert line["run_name"] == checkpoint_path.parent.name
+    check_returns_csv(line, tmp_path, "eval_returns.csv")
+    curve = list(csv.DictReader((checkpoint_path.parent / "eval_returns.csv").open()))
     # the evaluation plays what the checkpoint holds: the test replays it (mean action, the saved observation
     # statistics frozen, the same seed) and gets the same episodes; without the statistics it would not
     returns, steps = replay_evaluation(MODULES[name], checkpoint, episodes=3, seed=5)
     assert line["mean_return"] == pytest.approx(sum(returns) / 3) and line["steps"] == steps, (returns, steps)
+    assert [float(row["return"]) for row in curve] == pytest.approx(returns)
     assert replay_evaluation(MODULES[name], checkpoint, episodes=3, seed=5, obs_stats=False) != (returns, steps)
 
 
@@ -385,7 +413,7 @@ def replay_evaluation(module, checkpoint, episodes, seed, obs_stats=True):
             action = agent.actor_mean(torch.as_tensor(obs, dtype=torch.float32))
         obs, _, _, _, infos = envs.step(action.numpy())
         steps += 1
-        returns += [r for r, _ in module.finished_episodes(infos)]
+        returns += [r for r, _ in bk.gym_episodes(infos)]
     envs.close()
     return returns, steps
 
@@ -399,6 +427,9 @@ BAD_INPUTS = [
     (["--num-steps", "0"], "--num-steps"),
     (["--update-epochs", "-1"], "--update-epochs"),
     (["--num-minibatches", "3"], "--num-minibatches"),  # 2048 is not divisible by 3
+    (["--learning-rate", "-1"], "--learning-rate"),
+    (["--results-file", "."], "--results-file"),  # a folder
+    (["--results-file", "a_file/results.jsonl"], "--results-file"),  # under a file (check_bad_input makes a_file)
 ]
 
 
@@ -413,6 +444,7 @@ def test_twin_bad_input_exits_2_with_one_line(args, flag, tmp_path):
 
 
 def check_bad_input(name, args, flag, tmp_path):
+    (tmp_path / "a_file").write_text("")  # runs in tmp_path: the folder that --results-file a_file/... cannot be
     proc, lines = run_script(name, *args, tmp_path=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     stderr_lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -423,8 +455,10 @@ def check_bad_input(name, args, flag, tmp_path):
 
 
 @pytest.mark.parametrize("args,flag", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
-def test_twin_check_args_rejects_bad_input(args, flag, capsys):
+def test_twin_check_args_rejects_bad_input(args, flag, capsys, tmp_path, monkeypatch):
     """The twin's checks in-process (a subprocess each would only repeat the eager script's runs above)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("")
     cli = tyro.cli(twin.Args, args=args)
     with pytest.raises(SystemExit) as exit_info:
         twin.check_args(cli)
