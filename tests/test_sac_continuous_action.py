@@ -466,6 +466,9 @@ BAD_INPUTS = [
     (("--target-network-frequency", "0"), "--target-network-frequency"),
     (("--tau", "1.5"), "--tau"),
     (("--alpha", "-0.1"), "--alpha"),
+    (("--policy-lr", "-1"), "--policy-lr"),
+    (("--q-lr", "-1"), "--q-lr"),
+    (("--q-lr", "0"), "--q-lr"),
 ]
 VARIANT_IDS = ["eager", "twin", "twin-compile"]
 
@@ -477,6 +480,22 @@ def test_bad_input_exits_2_with_one_line(name, extra, flags, flag, capsys, tmp_p
     args = args_from_flags(MODULES[name], (*flags, *extra))
     assert getattr(args, "compile", False) is bool(extra)
     assert_main_exits_2_with_one_line(MODULES[name], name, args, flag, capsys, tmp_path)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("where", ["a-folder", "under-a-file"])
+def test_bad_results_file_exits_2_with_one_line(name, where, capsys, tmp_path):
+    """--results-file a folder, or a path under a file: one line naming the flag, exit 2, nothing created."""
+    (tmp_path / "a_file").write_text("keep")
+    results = tmp_path if where == "a-folder" else tmp_path / "a_file" / "results.jsonl"
+    args = args_from_flags(MODULES[name], ("--results-file", str(results)))
+    args.cuda = False
+    with pytest.raises(SystemExit) as exit_info:
+        MODULES[name].main(args)
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: --results-file "), err
+    assert [p.name for p in tmp_path.iterdir()] == ["a_file"] and (tmp_path / "a_file").read_text() == "keep"
 
 
 @pytest.mark.parametrize(
