@@ -1,36 +1,22 @@
-"""DQN on Atari (envpool), eager PyTorch: CleanRL's dqn_atari, the baseline of the speed tables.
-
-The replay memory stores every 84x84 frame once (about 7 KB per transition, not 28 KB) and rebuilds the
-4-frame stacks of obs and next obs by index.
+"""DQN on Atari (envpool), eager PyTorch: CleanRL's dqn_atari, the baseline of the speed tables. The replay memory
+stores every 84x84 frame once (about 7 KB per transition, not 28 KB) and rebuilds the 4-frame stacks by index.
 
 Run: python leanrl/dqn_atari_envpool.py --env-id Breakout-v5 --total-timesteps 10000000
 """
 
-import json
-import math
-import os
-import platform
 import random
-import sys
-import time
-import warnings
-from collections import deque
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 
 import envpool
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
-import tqdm
 import tyro
 
-SCRIPT = Path(__file__).name
-STACK = 4  # frames per observation
+from leanrl import bookkeeping as bk
 
 
 @dataclass
@@ -93,155 +79,9 @@ class Args:
     """the frequency of training"""
 
 
-def fail(msg):
-    """Bad input: one line on stderr, exit code 2, no traceback and no results line."""
-    print(f"{SCRIPT}: error: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def check_env_id(env_id):
-    """Refuse anything but an envpool Atari game: image observations (4, 84, 84) uint8 and discrete actions."""
-    if env_id not in envpool.list_all_envs():
-        fail(f"--env-id {env_id!r} is not an envpool task (Atari games look like 'Breakout-v5')")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # gymnasium's notes on other families' spaces
-            spec = envpool.make_spec(env_id)
-            obs_space, act_space = spec.observation_space, spec.action_space
-        is_atari = obs_space.shape == (STACK, 84, 84) and obs_space.dtype == np.uint8
-        is_atari = is_atari and isinstance(act_space, gym.spaces.Discrete)
-    except Exception:
-        is_atari = False
-    if not is_atari:
-        fail(f"--env-id {env_id!r} is not an Atari game; this script needs stacked 84x84 frames and discrete actions")
-
-
-def first_train_step(learning_starts, train_frequency):
-    """CleanRL trains at the steps s > learning_starts with s % train_frequency == 0; this is the first."""
-    return (learning_starts // train_frequency + 1) * train_frequency
-
-
-def available_memory(device):
-    """Free bytes on the device: the GPU's free memory, or the host's MemAvailable."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
-    except (OSError, StopIteration):
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
-def buffer_device(args, device):
-    """--buffer-device, or by default the training device where the replay memory fits (2 GiB left over)."""
-    need = frame_store_bytes(args.num_envs, args.buffer_size)
-    if args.buffer_device is None:
-        if device.type == "cuda" and need + 2 * 2**30 < available_memory(device):
-            return device
-        chosen = torch.device("cpu")
-    else:
-        chosen = torch.device(args.buffer_device)
-    if need > available_memory(chosen):
-        fail(
-            f"--buffer-size {args.buffer_size} needs {need / 2**30:.1f} GiB of replay memory, "
-            f"more than the {available_memory(chosen) / 2**30:.1f} GiB free on {chosen.type}"
-        )
-    return chosen
-
-
-def check_args(args):
-    """Every bad input is refused here, before any training."""
-    if args.buffer_device not in (None, "cpu", "cuda"):
-        fail(f"--buffer-device must be cpu or cuda, got {args.buffer_device!r}")
-    if args.buffer_device == "cuda" and not (torch.cuda.is_available() and args.cuda):
-        fail("--buffer-device cuda needs CUDA, and none is available")
-    if args.eval_checkpoint is not None:
-        if not Path(args.eval_checkpoint).is_file():
-            fail(f"--eval-checkpoint {args.eval_checkpoint!r}: no such file")
-        if args.eval_episodes <= 0:
-            fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
-        return
-    for flag in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "train_frequency"):
-        if getattr(args, flag) <= 0:
-            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.target_network_frequency <= 0 or args.target_network_frequency % args.train_frequency:
-        fail(
-            f"--target-network-frequency must be a positive multiple of --train-frequency "
-            f"({args.train_frequency}), got {args.target_network_frequency}"
-        )
-    for flag in ("learning_starts", "measure_burnin"):
-        if getattr(args, flag) < 0:
-            fail(f"--{flag.replace('_', '-')} must not be negative, got {getattr(args, flag)}")
-    if not 0.0 < args.exploration_fraction <= 1.0:
-        fail(f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
-    if args.total_timesteps < args.num_envs:
-        fail(f"--total-timesteps {args.total_timesteps} is smaller than one iteration (--num-envs {args.num_envs})")
-    if args.buffer_size < args.num_envs:
-        fail(f"--buffer-size {args.buffer_size} is smaller than --num-envs {args.num_envs}")
-    if args.batch_size > args.buffer_size:
-        fail(f"--batch-size {args.batch_size} is larger than the buffer (--buffer-size {args.buffer_size})")
-    steps = args.total_timesteps // args.num_envs * args.num_envs
-    if first_train_step(args.learning_starts, args.train_frequency) >= steps:
-        fail(
-            f"--learning-starts {args.learning_starts} leaves no training step in the budget of {steps} steps "
-            f"(--total-timesteps)"
-        )
-    check_env_id(args.env_id)
-
-
 def make_env(env_id, num_envs, seed):
     """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
     return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
-
-
-def game_returns(episode_returns, raw_rewards, game_over):
-    """Sum the raw (unclipped) rewards per env; return the totals of the games that just ended, reset those.
-
-    episodic_life makes every lost life an episode for learning; a score is the return of a whole game.
-    """
-    episode_returns += raw_rewards
-    finished = episode_returns[game_over].tolist()
-    episode_returns[game_over] = 0.0
-    return finished
-
-
-def machine():
-    """The hardware fields of the results line."""
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__}
-
-
-def append_line(path, text):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(text + "\n")
-
-
-def finite_or_none(value):
-    """Strict JSON: a non-finite number becomes null (nested dicts and lists too)."""
-    if isinstance(value, dict):
-        return {key: finite_or_none(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite_or_none(item) for item in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def summary(status, steps, sps, mean_return, episodes, results_file, run_dir):
-    """The one line a run prints when it ends."""
-    sps_text = f"{sps:.0f}" if sps else "n/a"
-    ret_text = f"{mean_return:.1f}" if mean_return is not None else "n/a"
-    return (
-        f"{SCRIPT}: {status}: {steps} steps, {sps_text} steps/s, mean return {ret_text} over {episodes} episodes; "
-        f"results: {results_file}, run folder: {run_dir}"
-    )
 
 
 class QNetwork(nn.Module):
@@ -250,7 +90,7 @@ class QNetwork(nn.Module):
     def __init__(self, n_actions):
         super().__init__()
         self.network = nn.Sequential(
-            nn.Conv2d(STACK, 32, 8, stride=4),
+            nn.Conv2d(4, 32, 8, stride=4),
             nn.ReLU(),
             nn.Conv2d(32, 64, 4, stride=2),
             nn.ReLU(),
@@ -272,17 +112,17 @@ def linear_schedule(start_e, end_e, duration, t):
     return max(slope * t + start_e, end_e)
 
 
-def dqn_target(next_q_values, rewards, terminated, gamma):
-    """CleanRL's DQN target r + gamma * max_a Q_target(s', a) * (1 - terminated); a truncated step bootstraps."""
+def dqn_target(rewards, next_q_values, terminations, gamma):
+    """CleanRL's DQN target r + gamma * max_a Q_target(s', a) * (1 - terminations); a truncated step bootstraps."""
     target_max, _ = next_q_values.max(dim=1)
-    return rewards + gamma * target_max * (1 - terminated.float())
+    return rewards + gamma * target_max * (1 - terminations.float())
 
 
 # ---------------------------------------------------------------- the frame store
-# Per env a ring of `slots` single frames. The env's a-th observation (a = 0 is the first reset) is a stack whose
+# Per env a ring of `slots` single frames. The env's a-th observation (a = 0 is the first reset) is a stack of 4 whose
 # newest frame sits in slot a % slots; first[a % slots] says that observation began a game (envpool's reset stack
 # repeats that frame 4 times; a lost life does not restart the stack). The transition from observation a to a + 1
-# keeps its action, clipped reward and terminated flag in slot a. envpool's step after any done one (a lost life, a
+# keeps its action, clipped reward and termination flag in slot a. envpool's step after any done one (a lost life, a
 # game over, a truncation) is a reset step that ignores its action: transition a is valid unless transition a - 1
 # was terminated (a lost life counts) or observation a + 1 began a game (the reset after a game over or truncation).
 # With n frames written per env, the transitions a in [max(0, n - slots + 3), n - 2] have all their frames, and the
@@ -291,68 +131,56 @@ def dqn_target(next_q_values, rewards, terminated, gamma):
 
 def new_frame_store(num_envs, capacity, device="cpu", frame_shape=(84, 84)):
     """Preallocate the replay memory of `capacity` transitions (capacity // num_envs per env) on `device`."""
-    shape = (num_envs, capacity // num_envs + STACK)
+    shape = (num_envs, capacity // num_envs + 4)
     return dict(
         frames=torch.zeros(shape + tuple(frame_shape), dtype=torch.uint8, device=device),
         first=torch.zeros(shape, dtype=torch.bool, device=device),
         actions=torch.zeros(shape, dtype=torch.long, device=device),
         rewards=torch.zeros(shape, dtype=torch.float32, device=device),
-        terminated=torch.zeros(shape, dtype=torch.bool, device=device),
+        terminations=torch.zeros(shape, dtype=torch.bool, device=device),
         count=torch.zeros((), dtype=torch.long),  # frames written per env, a host-side counter
     )
 
 
-def frame_store_bytes(num_envs, capacity, frame_shape=(84, 84)):
-    """What new_frame_store allocates, in bytes."""
-    per_slot = math.prod(frame_shape) + 1 + 8 + 4 + 1  # frame, first, action, reward, terminated
-    return num_envs * (capacity // num_envs + STACK) * per_slot + 8
-
-
-def store_add(store, frames, first, actions, rewards, terminated):
-    """Append one step of every env: the newest frame of each next obs, (num_envs, 84, 84) uint8; whether it
-    began a game, (num_envs,) bool; the action (long), clipped reward (float32) and terminated flag (bool) of the
-    step that led there, (num_envs,) each. All on the store's device.
-
-    The very first call stores the reset frames (first all True); its step data (zeros) land in a slot that is
-    written again before any transition reads it.
+def store_add(store, frames, first, actions, rewards, terminations):
+    """Append one step of every env (num_envs rows, on the store's device): the newest frame of each next obs (uint8),
+    whether it began a game, and the action (long), clipped reward and termination flag of the step that led there.
+    The first call stores the reset frames; its step data land in a slot written again before any transition reads it.
     """
     slots = store["frames"].shape[1]
     n = int(store["count"])
     store["actions"][:, (n - 1) % slots] = actions
     store["rewards"][:, (n - 1) % slots] = rewards
-    store["terminated"][:, (n - 1) % slots] = terminated
+    store["terminations"][:, (n - 1) % slots] = terminations
     store["frames"][:, n % slots] = frames
     store["first"][:, n % slots] = first
     store["count"] += 1
 
 
 def stack_frames(store, env, pos):
-    """The observation stacks (B, 4, 84, 84) whose newest frames are the env's pos-th frames (env, pos: (B,)).
-
-    Going back from pos, a frame that began a game is repeated in place of the older ones, as envpool does.
-    """
+    """The observation stacks (B, 4, 84, 84) whose newest frames are the env's pos-th frames (env, pos: (B,)). Going
+    back from pos, a frame that began a game is repeated in place of the older ones, as envpool does."""
     slots = store["frames"].shape[1]
     index = [pos]
-    for _ in range(STACK - 1):
+    for _ in range(3):
         newer = index[0]
         index.insert(0, torch.where(store["first"][env, newer % slots], newer, newer - 1))
     return store["frames"][env[:, None], torch.stack(index, dim=1) % slots]
 
 
 def sample_indices(store, batch_size, tries=8):
-    """Uniform (env, pos) of valid transitions, never one whose frames were overwritten or are not written yet.
-
-    Each draw takes the first of `tries` candidates that is not the reset step after a lost life or a game over
+    """Uniform (env, pos) of valid transitions, never one whose frames were overwritten or are not written yet. Each
+    draw takes the first of `tries` candidates that is not the reset step after a lost life or a game over
     (those are one in a life's length). If all `tries` miss (probability below 1e-10 in Atari), the draw moves to a
     neighbour: the first transition after it, or the done one before it (two reset steps never follow each other).
     """
     num_envs, slots = store["first"].shape
     n = int(store["count"])
-    low = max(0, n - slots + STACK - 1)
+    low = max(0, n - slots + 3)
     device = store["first"].device
     env = torch.randint(num_envs, (tries, batch_size), device=device)
     pos = torch.randint(low, n - 1, (tries, batch_size), device=device)
-    valid = ~(store["first"][env, (pos + 1) % slots] | store["terminated"][env, (pos - 1) % slots])
+    valid = ~(store["first"][env, (pos + 1) % slots] | store["terminations"][env, (pos - 1) % slots])
     pick = valid.int().argmax(dim=0, keepdim=True)  # the first valid candidate
     env, pos, missed = env.gather(0, pick)[0], pos.gather(0, pick)[0], ~valid.any(dim=0)
     neighbour = torch.where(pos < n - 2, pos + 1, (pos - 1).clamp(min=low))
@@ -368,14 +196,14 @@ def sample(store, batch_size):
         actions=store["actions"][env, pos % slots],
         rewards=store["rewards"][env, pos % slots],
         next_obs=stack_frames(store, env, pos + 1),
-        terminated=store["terminated"][env, pos % slots],
+        terminations=store["terminations"][env, pos % slots],
     )
 
 
-def learn(q_network, target_network, optimizer, batch, gamma):
+def update(q_network, target_network, optimizer, batch, gamma):
     """One gradient step on the TD error of a batch; returns the detached loss and mean Q-value."""
     with torch.no_grad():
-        td_target = dqn_target(target_network(batch["next_obs"]), batch["rewards"], batch["terminated"], gamma)
+        td_target = dqn_target(batch["rewards"], target_network(batch["next_obs"]), batch["terminations"], gamma)
     old_val = q_network(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)
     loss = F.mse_loss(td_target, old_val)
     optimizer.zero_grad()
@@ -384,46 +212,59 @@ def learn(q_network, target_network, optimizer, batch, gamma):
     return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
 
 
-class Diverged(Exception):
-    pass
-
-
-def first_non_finite(losses):
-    return next(((name, value) for name, value in losses.items() if not math.isfinite(value)), None)
+def check_args(args):
+    """Reject bad input before any training."""
+    positive = ("num_envs", "total_timesteps", "buffer_size", "batch_size", "train_frequency")
+    bk.check_flags(__file__, args, (*positive, "target_network_frequency"))
+    if args.eval_checkpoint is not None:
+        return
+    if args.buffer_device not in (None, "cpu", "cuda"):
+        bk.fail(__file__, f"--buffer-device must be cpu or cuda, got {args.buffer_device!r}")
+    if args.buffer_device == "cuda" and not (torch.cuda.is_available() and args.cuda):
+        bk.fail(__file__, "--buffer-device cuda needs CUDA, and none is available")
+    if args.target_network_frequency % args.train_frequency:
+        bk.fail(__file__, f"--target-network-frequency must be a multiple of --train-frequency {args.train_frequency}")
+    if args.learning_starts < 0:
+        bk.fail(__file__, f"--learning-starts must not be negative, got {args.learning_starts}")
+    if not 0.0 < args.exploration_fraction <= 1.0:
+        bk.fail(__file__, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
+    if args.total_timesteps < args.num_envs:
+        bk.fail(__file__, f"--total-timesteps must be at least --num-envs {args.num_envs} (one iteration)")
+    if args.buffer_size < args.num_envs:
+        bk.fail(__file__, f"--buffer-size {args.buffer_size} is smaller than --num-envs {args.num_envs}")
+    if args.batch_size > args.buffer_size:
+        bk.fail(__file__, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    steps = args.total_timesteps // args.num_envs * args.num_envs
+    if (args.learning_starts // args.train_frequency + 1) * args.train_frequency >= steps:  # the first training step
+        bk.fail(__file__, f"--learning-starts {args.learning_starts} leaves no training step in --total-timesteps")
+    bk.check_atari_env(__file__, args.env_id)
 
 
 def evaluate(args, device):
     """Play --eval-episodes full games with a checkpoint, epsilon-greedy at --eval-epsilon as CleanRL's evals do."""
-    checkpoint = torch.load(args.eval_checkpoint, map_location=device)
-    train_args = checkpoint["args"]
-    envs = make_env(train_args["env_id"], train_args["num_envs"], args.seed)
-    q_network = QNetwork(envs.action_space.n).to(device)
-    q_network.load_state_dict(checkpoint["model"])
-    q_network.eval()
-    returns, steps = [], 0
-    start = time.time()
-    obs = envs.reset()[0]
-    episode_returns = np.zeros(train_args["num_envs"])
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            actions = q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
-        explore = np.random.random(len(actions)) < args.eval_epsilon
-        actions = np.where(explore, np.random.randint(envs.action_space.n, size=len(actions)), actions)
-        obs, _, _, truncations, info = envs.step(actions)
-        steps += train_args["num_envs"]
-        returns += game_returns(episode_returns, info["reward"], info["terminated"].astype(bool) | truncations)
-    envs.close()
-    returns = returns[: args.eval_episodes]
-    wall_s = time.time() - start
-    print(f"{SCRIPT}: {len(returns)} games, mean return {np.mean(returns):.2f}")
-    return train_args["env_id"], steps, steps / max(wall_s, 1e-9), returns
+    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
+    args.env_id, num_envs = checkpoint["args"]["env_id"], checkpoint["args"]["num_envs"]
+    with bk.Run(__file__, args, device, mode="eval") as run:
+        envs = make_env(args.env_id, num_envs, args.seed)
+        q_network = QNetwork(envs.action_space.n).to(device)
+        q_network.load_state_dict(checkpoint["model"])
+        running_returns = np.zeros(num_envs)
+
+        def act(obs):
+            with torch.no_grad():
+                actions = q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
+            explore = np.random.random(num_envs) < args.eval_epsilon
+            return np.where(explore, np.random.randint(envs.action_space.n, size=num_envs), actions)
+
+        def games_of(rewards, terminations, truncations, infos):
+            return bk.game_returns(running_returns, infos["reward"], infos["terminated"].astype(bool) | truncations)
+
+        run.play(envs, act, games_of, args.eval_episodes)
 
 
 def main(args):
     check_args(args)
-    start_time = time.time()
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(start_time)}"
-    run_dir = Path(args.results_file).parent / run_name
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -431,68 +272,16 @@ def main(args):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    line = dict(
-        script=SCRIPT,
-        env_id=args.env_id,
-        seed=args.seed,
-        compile=getattr(args, "compile", False),
-        cudagraphs=getattr(args, "cudagraphs", False),
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        **machine(),
-        run_name=run_name,
-        total_timesteps=args.total_timesteps,
-        mode="train",
-    )
-
-    def finish(status, steps, sps, returns, losses, message=None, folder=run_dir):
-        mean_return = float(np.mean(returns[-100:])) if returns else None
-        line.update(steps=steps, sps=sps, wall_s=time.time() - start_time, mean_return=mean_return)
-        line.update(episodes=len(returns), status=status, losses=losses, message=message)
-        line.update(time=datetime.now(UTC).isoformat())
-        append_line(args.results_file, json.dumps(finite_or_none(line), allow_nan=False))
-        print(summary(status, steps, sps, mean_return, len(returns), args.results_file, folder), flush=True)
-
     if args.eval_checkpoint is not None:
-        line["mode"] = "eval"
-        folder = Path(args.eval_checkpoint).parent
-        try:
-            line["env_id"], steps, sps, returns = evaluate(args, device)
-        except KeyboardInterrupt:
-            finish("interrupted", 0, 0.0, [], {}, "interrupted", folder)
-            sys.exit(130)
-        except Exception as err:
-            finish("error", 0, 0.0, [], {}, f"{type(err).__name__}: {err}", folder)
-            raise
-        finish("ok", steps, sps, returns, {}, folder=folder)
-        return
-
-    store_device = buffer_device(args, device)
-    line["buffer_device"] = store_device.type
+        return evaluate(args, device)
+    # the replay memory lives on --buffer-device, by default on the training device where it fits (2 GiB left over)
+    need = sum(t.nbytes for t in new_frame_store(args.num_envs, args.buffer_size, "meta").values())  # allocates nothing
+    fits = device.type == "cuda" and need + 2 * 2**30 < torch.cuda.mem_get_info(device)[0]
+    store_device = torch.device(args.buffer_device or (device.type if fits else "cpu"))
+    bk.check_memory(__file__, f"--buffer-size {args.buffer_size}", need, store_device)
     num_iterations = args.total_timesteps // args.num_envs
-    if args.track:
-        import wandb
 
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            config=vars(args),
-            name=run_name,
-            sync_tensorboard=False,
-        )
-
-    global_step, episodic_returns, losses, out = 0, [], {}, None
-    mark = (0, time.time())  # (steps, time) at the end of burn-in: steps/s counts from there
-    sps = lambda: (global_step - mark[0]) / max(time.time() - mark[1], 1e-9) if global_step > mark[0] else 0.0
-
-    def check(out):
-        """The losses come to the host every 100 iterations; a non-finite one stops the run."""
-        losses.update(zip(out, torch.stack(list(out.values())).tolist()))
-        bad = first_non_finite(losses)
-        if bad:
-            raise Diverged(f"loss diverged at step {global_step}: {bad[0]}={bad[1]}")
-
-    try:
+    with bk.Run(__file__, args, device, buffer_device=store_device.type) as run:
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
         n_actions = envs.action_space.n
@@ -502,23 +291,16 @@ def main(args):
         target_network.load_state_dict(q_network.state_dict())
 
         store = new_frame_store(args.num_envs, args.buffer_size, store_device)
-        line["buffer_bytes"] = sum(t.nbytes for t in store.values())
-
-        run_dir.mkdir(parents=True, exist_ok=True)
-        curve = run_dir / "returns.csv"
-        curve.write_text("step,wall_s,return\n")
-        running_returns = np.zeros(args.num_envs)
-        recent = deque(maxlen=100)
-        zeros = np.zeros(args.num_envs)
+        run.fields["buffer_bytes"] = sum(t.nbytes for t in store.values())
+        running_returns, zeros = np.zeros(args.num_envs), np.zeros(args.num_envs)
 
         # TRY NOT TO MODIFY: start the game
+        global_step, out = 0, None
         obs, _ = envs.reset()
         to_store = lambda x, dtype=None: torch.as_tensor(x, dtype=dtype).to(store_device)
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
         store_add(store, to_store(obs[:, -1]), to_store(zeros == 0), *no_step)
-        next_check, mark = 0, (0, time.time())
-        pbar = tqdm.tqdm(range(num_iterations), desc=SCRIPT, mininterval=2.0)
-        for iteration in pbar:
+        for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             duration = args.exploration_fraction * args.total_timesteps
             epsilon = linear_schedule(args.start_e, args.end_e, duration, global_step)
@@ -532,66 +314,35 @@ def main(args):
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, rewards, terminations, truncations, info = envs.step(actions)
             game_over = info["terminated"].astype(bool) | truncations
-            for episodic_return in game_returns(running_returns, info["reward"], game_over):
-                episodic_returns.append(episodic_return)
-                recent.append(episodic_return)
-                append_line(curve, f"{global_step + args.num_envs},{time.time() - start_time:.3f},{episodic_return}")
-                if args.track:
-                    wandb.log({"charts/episodic_return": episodic_return, "charts/epsilon": epsilon}, global_step)
+            for episodic_return in bk.game_returns(running_returns, info["reward"], game_over):
+                run.episode(global_step + args.num_envs, episodic_return)
 
-            # save data to the replay memory: the newest frame once, and whether it began a game (envpool restarts
-            # the stack only there, not after a lost life). The sampler skips envpool's reset step after any done
-            # step, whose action is ignored: after a lost life by the terminated flag stored before it
-            first = info["elapsed_step"] == 0
+            # save data to the replay memory: the newest frame once, and whether it began a game (envpool restarts the
+            # stack only there). The sampler skips envpool's reset step after a done one, whose action is ignored
             step = (to_store(actions, torch.long), to_store(rewards, torch.float32), to_store(terminations))
-            store_add(store, to_store(next_obs[:, -1]), to_store(first), *step)
+            store_add(store, to_store(next_obs[:, -1]), to_store(info["elapsed_step"] == 0), *step)
             obs = next_obs
 
-            # ALGO LOGIC: training, at the steps s > learning_starts with s % train_frequency == 0 (CleanRL's
-            # schedule; with several envs, those of the steps this iteration covers)
+            # ALGO LOGIC: training at CleanRL's steps: s > learning_starts and s % train_frequency == 0
             covered = range(global_step, global_step + args.num_envs)
             train_steps = [s for s in covered if s > args.learning_starts and s % args.train_frequency == 0]
             for _ in train_steps:
                 batch = {k: v.to(device) for k, v in sample(store, args.batch_size).items()}
-                out = learn(q_network, target_network, optimizer, batch, args.gamma)
+                out = update(q_network, target_network, optimizer, batch, args.gamma)
             # update the target network (its steps are training steps: a multiple of --train-frequency)
             if any(s % args.target_network_frequency == 0 for s in train_steps):
-                for target_network_param, q_network_param in zip(target_network.parameters(), q_network.parameters()):
-                    target_network_param.data.copy_(q_network_param.data)
+                target_network.load_state_dict(q_network.state_dict())
             global_step += args.num_envs
 
-            if train_steps and iteration >= next_check:
-                next_check = iteration + 100
-                check(out)
-                if args.track:
-                    logs = {f"losses/{name}": value for name, value in losses.items()}
-                    wandb.log({"charts/SPS": sps(), "charts/epsilon": epsilon, **logs}, step=global_step)
-            if iteration + 1 == args.measure_burnin and iteration + 1 < num_iterations:
-                mark = (global_step, time.time())
-            if iteration % 100 == 0:
-                mean_return = np.mean(recent) if recent else float("nan")
-                pbar.set_postfix(sps=f"{sps():.0f}", ret=f"{mean_return:.1f}", refresh=False)
-        if out is not None:
-            check(out)
+            run.tick(global_step)
+            if iteration % 100 == 0:  # log point: the losses come to the host every 100 iterations
+                losses = run.check_finite(global_step, out) if out is not None else {}
+                run.report(global_step, {"charts/epsilon": epsilon, **{f"losses/{k}": v for k, v in losses.items()}})
+
+        run.check_finite(global_step, out)  # check_args leaves at least one training step in the budget
         envs.close()
         if args.save_model:
-            model_path = run_dir / f"{args.exp_name}.pt"
-            tmp_path = model_path.with_suffix(".pt.tmp")
-            torch.save({"args": asdict(args), "model": q_network.state_dict()}, tmp_path)
-            os.replace(tmp_path, model_path)  # atomic: a reader never sees half a checkpoint
-            print(f"{SCRIPT}: model saved to {model_path}")
-    except (KeyboardInterrupt, Exception) as err:
-        status = {KeyboardInterrupt: "interrupted", Diverged: "diverged"}.get(type(err), "error")
-        message = str(err) or type(err).__name__
-        finish(status, global_step, sps(), episodic_returns, losses, message)
-        if status == "interrupted":
-            sys.exit(130)
-        if status == "diverged":
-            print(f"{SCRIPT}: {message}", file=sys.stderr)
-            sys.exit(1)
-        raise
-
-    finish("ok", global_step, sps(), episodic_returns, losses)
+            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=q_network.state_dict())
 
 
 if __name__ == "__main__":

@@ -3,17 +3,8 @@
 Run: python leanrl/td3_continuous_action.py --env-id HalfCheetah-v4 --total-timesteps 1000000
 """
 
-import json
-import math
-import os
-import platform
 import random
-import sys
-import time
-import warnings
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium as gym
@@ -22,8 +13,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
-import tqdm
 import tyro
+
+from leanrl import bookkeeping as bk
 
 
 @dataclass
@@ -82,118 +74,9 @@ class Args:
     """noise clip parameter of the Target Policy Smoothing Regularization"""
 
 
-class Diverged(Exception):
-    """A loss became NaN or infinite."""
-
-
-def fail(msg):
-    """Bad input: one line on stderr naming the flag, exit code 2, no traceback."""
-    print(f"{Path(__file__).name}: error: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def looks_like_atari(env_id):
-    return env_id.startswith("ALE/") or "NoFrameskip" in env_id or env_id.endswith("-v5")
-
-
-def check_args(args):
-    """Reject bad input before any training (cheap env construction at most)."""
-    if getattr(args, "cudagraphs", False) and not (args.cuda and torch.cuda.is_available()):
-        fail("--cudagraphs needs CUDA, and none is available")
-    if args.measure_burnin < 0:
-        fail(f"--measure-burnin must be >= 0, got {args.measure_burnin}")
-    if args.eval_checkpoint is not None:
-        if not Path(args.eval_checkpoint).is_file():
-            fail(f"--eval-checkpoint {args.eval_checkpoint}: no such file")
-        if args.eval_episodes <= 0:
-            fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
-        return
-    for flag in ("num_envs", "total_timesteps", "buffer_size", "batch_size", "policy_frequency"):
-        if getattr(args, flag) <= 0:
-            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.learning_starts < 0:
-        fail(f"--learning-starts must be >= 0, got {args.learning_starts}")
-    if args.batch_size > args.buffer_size:
-        fail(f"--batch-size {args.batch_size} is larger than the buffer (--buffer-size {args.buffer_size})")
-    if args.total_timesteps < args.num_envs:
-        fail(f"--total-timesteps {args.total_timesteps} is smaller than one step of --num-envs {args.num_envs} envs")
-    if args.learning_starts >= args.total_timesteps:
-        fail(
-            f"--learning-starts {args.learning_starts} is not below --total-timesteps {args.total_timesteps}: "
-            "the run would never learn"
-        )
-    for flag in ("tau", "gamma"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            fail(f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
-    for flag in ("policy_noise", "exploration_noise", "noise_clip"):
-        if not getattr(args, flag) >= 0.0:
-            fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
-    try:
-        gym.spec(args.env_id)
-    except gym.error.Error:
-        if looks_like_atari(args.env_id):
-            fail(
-                f"--env-id {args.env_id} looks like an Atari id, the wrong family for this script: "
-                "it needs a continuous-action gymnasium env such as HalfCheetah-v4"
-            )
-        fail(f"--env-id {args.env_id} is not a registered gymnasium env (try HalfCheetah-v4)")
-    try:
-        with mujoco_settotalmass_warning_dropped():
-            env = gym.make(args.env_id)
-    except Exception as err:
-        fail(f"--env-id {args.env_id} could not be made: {type(err).__name__}: {err}".splitlines()[0])
-    action_space, observation_space = env.action_space, env.observation_space
-    env.close()
-    if not isinstance(action_space, gym.spaces.Box):
-        fail(
-            f"--env-id {args.env_id} has a {type(action_space).__name__} action space, the wrong family for this "
-            "script: it needs continuous (Box) actions, such as HalfCheetah-v4"
-        )
-    if not np.all(np.isfinite(action_space.low)) or not np.all(np.isfinite(action_space.high)):
-        fail(f"--env-id {args.env_id} has an unbounded action space: the tanh actor needs finite bounds")
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-        shape = getattr(observation_space, "shape", None)
-        fail(
-            f"--env-id {args.env_id} has {type(observation_space).__name__} {shape} observations, the wrong family "
-            "for this script: its MLP needs flat vector (1-D Box) observations, such as HalfCheetah-v4's"
-        )
-
-
-@contextmanager
-def mujoco_settotalmass_warning_dropped():
-    """Drop one MuJoCo warning, and only while an env is made.
-
-    gymnasium's HalfCheetah-v4 model (half_cheetah.xml) sets <compiler settotalmass="14">, which MuJoCo 4 deprecates:
-    compiling it prints a 'settotalmass' deprecation warning on stderr (and writes MUJOCO_LOG.TXT) each time the env
-    is made. The -v4 envs take no other XML, so the call cannot be avoided. MuJoCo's warnings come from C through
-    its warning callback, not through Python's `warnings`, so this drops exactly that message there and prints any
-    other one as MuJoCo does; MuJoCo's own handler is back once the env is made.
-    """
-    try:
-        import mujoco
-    except ImportError:  # an env that needs no MuJoCo
-        yield
-        return
-    previous = mujoco.get_mju_user_warning()
-
-    def handler(msg):
-        if "'settotalmass' is deprecated" in msg:
-            return
-        if previous is not None:
-            previous(msg)
-        else:
-            print(f"WARNING: {msg}", file=sys.stderr)
-
-    mujoco.set_mju_user_warning(handler)
-    try:
-        yield
-    finally:
-        mujoco.set_mju_user_warning(previous)
-
-
 def make_env(env_id, **make_kwargs):
     """One env, its episodes' returns and lengths recorded."""
-    with mujoco_settotalmass_warning_dropped():
+    with bk.mujoco_warning_dropped():
         env = gym.make(env_id, **make_kwargs)
     return gym.wrappers.RecordEpisodeStatistics(env)
 
@@ -216,15 +99,6 @@ def real_next_obs(next_obs, infos):
         for i in np.flatnonzero(infos["_final_obs"]):
             real[i] = infos["final_obs"][i]
     return real
-
-
-def finished_episodes(infos):
-    """(episodic return, length) of each episode that ended in this vector step."""
-    final = infos.get("final_info", {})
-    if "episode" not in final:
-        return []
-    ended = np.flatnonzero(final["_episode"])
-    return [(float(final["episode"]["r"][i]), int(final["episode"]["l"][i])) for i in ended]
 
 
 # ALGO LOGIC: initialize agent here:
@@ -378,139 +252,61 @@ def train_step(
     return count, stats
 
 
-def random_actions(low, high, num_envs):
-    """Uniform actions in the box, from numpy's seeded generator (before --learning-starts)."""
-    return np.random.uniform(low, high, size=(num_envs, len(low))).astype(np.float32)
-
-
-def cpu_name():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def sps_since(mark, steps):
-    """Env steps/s since mark = (wall time, steps done then); None when no step was done since."""
-    elapsed = time.time() - mark[0]
-    return (steps - mark[1]) / elapsed if steps > mark[1] and elapsed > 0 else None
-
-
-def finite_or_none(x):
-    """Strict JSON: a non-finite float becomes null (also inside dicts and lists)."""
-    if isinstance(x, dict):
-        return {k: finite_or_none(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [finite_or_none(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-def write_results(args, device, **fields):
-    """Append the run's one JSON line to args.results_file."""
-    line = dict(
-        script=Path(__file__).name,
-        env_id=args.env_id,
-        seed=args.seed,
-        compile=getattr(args, "compile", False),
-        cudagraphs=getattr(args, "cudagraphs", False),
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        cpu=cpu_name(),
-        cpu_count=os.cpu_count(),
-        torch=torch.__version__,
-        total_timesteps=args.total_timesteps,
-        time=datetime.now(UTC).isoformat(timespec="seconds"),
-    )
-    line.update(fields)
-    path = Path(args.results_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(finite_or_none(line), allow_nan=False) + "\n")
-
-
-def summary_line(status, steps, sps, mean_return, episodes, results_file, run_dir):
-    """The one line a run prints when it ends."""
-    sps_text = f"{sps:.0f}" if sps is not None and math.isfinite(sps) else "n/a"
-    ret_text = f"{mean_return:.1f}" if mean_return is not None and math.isfinite(mean_return) else "n/a"
-    return (
-        f"{Path(__file__).name}: {status}: {steps} steps, {sps_text} steps/s, mean return {ret_text} over "
-        f"{episodes} episodes; results: {results_file}, run folder: {run_dir}"
-    )
-
-
-def save_checkpoint(path, args, actor, qf_state):
-    """The actor's and the Q-networks' weights and the run's arguments, written atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"args": asdict(args), "actor": actor.state_dict(), "qf": qf_state}, tmp)
-    os.replace(tmp, path)
+def check_args(args):
+    """Reject bad input before any training."""
+    positive = ("num_envs", "total_timesteps", "buffer_size", "batch_size", "policy_frequency")
+    bk.check_flags(__file__, args, positive)
+    if args.eval_checkpoint is not None:
+        return
+    if args.learning_starts < 0:
+        bk.fail(__file__, f"--learning-starts must be >= 0, got {args.learning_starts}")
+    if args.batch_size > args.buffer_size:
+        bk.fail(__file__, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    if args.total_timesteps < args.num_envs:
+        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one step of --num-envs "
+                f"{args.num_envs} envs")  # fmt: skip
+    if args.learning_starts >= args.total_timesteps:
+        bk.fail(__file__, f"--learning-starts {args.learning_starts} is not below --total-timesteps "
+                f"{args.total_timesteps}: the run would never learn")  # fmt: skip
+    for flag in ("tau", "gamma"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            bk.fail(__file__, f"--{flag} must be in [0, 1], got {getattr(args, flag)}")
+    for flag in ("policy_noise", "exploration_noise", "noise_clip"):
+        if not getattr(args, flag) >= 0.0:
+            bk.fail(__file__, f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    bk.check_gym_env(__file__, args.env_id, gym.spaces.Box, "HalfCheetah-v4")
+    env = make_env(args.env_id)
+    space, obs_shape = env.action_space, getattr(env.observation_space, "shape", None)
+    env.close()
+    if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+        bk.fail(__file__, f"--env-id {args.env_id} has an unbounded action space: the tanh actor needs finite bounds")
+    if obs_shape is None or len(obs_shape) != 1:
+        bk.fail(__file__, f"--env-id {args.env_id} has {obs_shape} observations: its MLP needs flat vector ones")
 
 
 def evaluate(args, device):
     """Play args.eval_episodes episodes with a saved actor's deterministic action (no exploration noise)."""
-    try:
-        checkpoint = torch.load(args.eval_checkpoint, map_location=device, weights_only=True)
-        train_args, state = checkpoint["args"], checkpoint["actor"]
-    except Exception as err:
-        fail(f"--eval-checkpoint {args.eval_checkpoint} is not a checkpoint of this script ({type(err).__name__})")
-    args.env_id, args.total_timesteps = train_args["env_id"], 0
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    envs = make_envs(args.env_id, 1)
-    space = envs.single_action_space
-    actor = Actor(envs.single_observation_space.shape[0], space.low, space.high).to(device)
-    actor.load_state_dict(state)
-    run_name = f"{args.env_id}__{args.exp_name}__eval__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.results_file).parent / run_name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "actor")
+    args.env_id = checkpoint["args"]["env_id"]
+    with bk.Run(__file__, args, device, mode="eval") as run:
+        envs = make_envs(args.env_id, 1)
+        space = envs.single_action_space
+        actor = Actor(envs.single_observation_space.shape[0], space.low, space.high).to(device)
+        actor.load_state_dict(checkpoint["actor"])
 
-    start_time, steps, returns = time.time(), 0, []
-    with (run_dir / "returns.csv").open("w") as returns_csv:
-        returns_csv.write("step,wall_s,return\n")
-        obs, _ = envs.reset(seed=args.seed)
-        while len(returns) < args.eval_episodes:
+        def act(obs):
             with torch.no_grad():
-                actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
-            obs, _, _, _, infos = envs.step(actions.cpu().numpy())
-            steps += 1
-            for episodic_return, _ in finished_episodes(infos):
-                returns.append(episodic_return)
-                returns_csv.write(f"{steps},{time.time() - start_time:.3f},{episodic_return}\n")
-    envs.close()
-    wall, mean_return = time.time() - start_time, float(np.mean(returns))
-    write_results(
-        args, device, run_name=run_name, mode="eval", checkpoint=args.eval_checkpoint, steps=steps,
-        sps=steps / wall, wall_s=wall, mean_return=mean_return, episodes=len(returns),
-        status="ok", losses={}, message=None,
-    )  # fmt: skip
-    print(summary_line("ok", steps, steps / wall, mean_return, len(returns), args.results_file, run_dir))
+                return actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
+
+        run.play(envs, act, lambda *step: [r for r, _ in bk.gym_episodes(step[-1])], args.eval_episodes, seed=args.seed)
 
 
 def main(args):
-    # CleanRL's published numbers use the -v4 MuJoCo envs: silence gymnasium's "out of date" note
-    warnings.filterwarnings("ignore", message=".*is out of date", category=DeprecationWarning)
     check_args(args)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     if args.eval_checkpoint is not None:
         return evaluate(args, device)
     num_iterations = args.total_timesteps // args.num_envs
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.results_file).parent / run_name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            config=vars(args),
-            name=run_name,
-            sync_tensorboard=False,
-        )
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -518,40 +314,37 @@ def main(args):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    # env setup
-    envs = make_envs(args.env_id, args.num_envs)
-    obs_dim, space = envs.single_observation_space.shape[0], envs.single_action_space
-    act_dim = space.shape[0]
-    actor = Actor(obs_dim, space.low, space.high).to(device)
-    qf1 = QNetwork(obs_dim, act_dim).to(device)
-    qf2 = QNetwork(obs_dim, act_dim).to(device)
-    qf1_target = QNetwork(obs_dim, act_dim).to(device)
-    qf2_target = QNetwork(obs_dim, act_dim).to(device)
-    target_actor = Actor(obs_dim, space.low, space.high).to(device)
-    target_actor.load_state_dict(actor.state_dict())
-    qf1_target.load_state_dict(qf1.state_dict())
-    qf2_target.load_state_dict(qf2.state_dict())
-    q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate)
-    actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.learning_rate)
+    # steps/s: the iterations before learning starts and --measure-burnin more are left out
+    burnin = args.learning_starts // args.num_envs + 1 + args.measure_burnin
+    with bk.Run(__file__, args, device, burnin=burnin) as run:
+        # env setup
+        envs = make_envs(args.env_id, args.num_envs)
+        obs_dim, space = envs.single_observation_space.shape[0], envs.single_action_space
+        act_dim = space.shape[0]
+        actor = Actor(obs_dim, space.low, space.high).to(device)
+        qf1 = QNetwork(obs_dim, act_dim).to(device)
+        qf2 = QNetwork(obs_dim, act_dim).to(device)
+        qf1_target = QNetwork(obs_dim, act_dim).to(device)
+        qf2_target = QNetwork(obs_dim, act_dim).to(device)
+        target_actor = Actor(obs_dim, space.low, space.high).to(device)
+        target_actor.load_state_dict(actor.state_dict())
+        qf1_target.load_state_dict(qf1.state_dict())
+        qf2_target.load_state_dict(qf2.state_dict())
+        q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate)
+        actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.learning_rate)
 
-    buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
-    count = 0
+        buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
+        count = 0
 
-    # run bookkeeping: the results line is written in `finally`, also when the run fails
-    start_time = time.time()
-    global_step, episode_returns, losses, stats = 0, [], {}, None
-    burnin_mark = None  # (wall time, steps) where the steps/s figure starts: after the burn-in
-    status, message = "ok", None
-    returns_csv = (run_dir / "returns.csv").open("w")
-    returns_csv.write("step,wall_s,return\n")
-    try:
+        # TRY NOT TO MODIFY: start the game
+        global_step, stats, losses = 0, {}, {}
         obs, _ = envs.reset(seed=args.seed)
         obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-        pbar = tqdm.trange(num_iterations, desc=Path(__file__).stem, unit="it", mininterval=1.0)
-        for iteration in pbar:
+        for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:
-                actions = torch.as_tensor(random_actions(space.low, space.high, args.num_envs), device=device)
+                actions = np.random.uniform(space.low, space.high, (args.num_envs, act_dim)).astype(np.float32)
+                actions = torch.as_tensor(actions, device=device)
             else:
                 with torch.no_grad():
                     actions = actor(obs)
@@ -564,14 +357,8 @@ def main(args):
             next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
             learning = global_step > args.learning_starts
             global_step += args.num_envs
-            for episodic_return, episodic_length in finished_episodes(infos):
-                episode_returns.append(episodic_return)
-                returns_csv.write(f"{global_step},{time.time() - start_time:.3f},{episodic_return}\n")
-                if args.track:
-                    wandb.log(
-                        {"charts/episodic_return": episodic_return, "charts/episodic_length": episodic_length},
-                        step=global_step,
-                    )
+            for episodic_return, episodic_length in bk.gym_episodes(infos):
+                run.episode(global_step, episodic_return, episodic_length)
 
             # save data to the replay buffer: a truncated episode's transition keeps its true last obs (and
             # bootstraps from it); only a terminated one stops the bootstrap
@@ -593,58 +380,19 @@ def main(args):
                     buffer, count, transition, iteration % args.policy_frequency == 0,
                     args.batch_size, args.gamma, args.tau, args.policy_noise, args.noise_clip,
                 )  # fmt: skip
-                if burnin_mark is None and global_step > args.learning_starts + args.measure_burnin * args.num_envs:
-                    burnin_mark = (time.time(), global_step)
             else:
                 count = buffer_add(buffer, count, transition)
+            run.tick(global_step)
 
             # log point: read the losses every 100 steps, and stop on a non-finite one
             if iteration % 100 == 0 or iteration == num_iterations - 1:
-                if stats is not None:
-                    losses.update({k: float(v) for k, v in stats.items()})
-                    for name, value in losses.items():
-                        if not math.isfinite(value):
-                            raise Diverged(f"loss diverged at step {global_step}: {name}={value}")
-                if iteration % 1000 == 0:
-                    sps = sps_since(burnin_mark or (start_time, 0), global_step)
-                    recent = np.mean(episode_returns[-100:]) if episode_returns else float("nan")
-                    pbar.set_postfix(sps=f"{sps or 0:.0f}", ret=f"{recent:.1f}")
-                    if args.track:
-                        wandb.log(
-                            {"charts/SPS": sps or 0.0, **{f"losses/{k}": v for k, v in losses.items()}},
-                            step=global_step,
-                        )
+                losses.update(stats)  # a step without the actor's update has no actor loss: the last one read stays
+                run.report(global_step, {f"losses/{k}": v for k, v in run.check_finite(global_step, losses).items()})
 
-        if args.save_model:
-            model_path = run_dir / f"{args.exp_name}.pt"
-            save_checkpoint(model_path, args, actor, {"qf1": qf1.state_dict(), "qf2": qf2.state_dict()})
-            print(f"model saved to {model_path}")
-    except KeyboardInterrupt:
-        status, message = "interrupted", "interrupted by the user"
-    except Diverged as err:
-        status, message = "diverged", str(err)
-        print(f"{Path(__file__).name}: {message}", file=sys.stderr)
-    except Exception as err:
-        status, message = "error", f"{type(err).__name__}: {err}"
-        raise
-    finally:
-        returns_csv.close()
         envs.close()
-        # a run that ends inside its burn-in is measured from its start
-        sps = sps_since(burnin_mark or (start_time, 0), global_step)
-        mean_return = float(np.mean(episode_returns[-100:])) if episode_returns else None
-        write_results(
-            args, device, run_name=run_name, mode="train", steps=global_step, sps=sps,
-            wall_s=time.time() - start_time, mean_return=mean_return, episodes=len(episode_returns),
-            status=status, losses=losses, message=message,
-        )  # fmt: skip
-        print(summary_line(status, global_step, sps, mean_return, len(episode_returns), args.results_file, run_dir))
-        if args.track:
-            wandb.finish()
-    if status == "interrupted":
-        sys.exit(130)
-    if status == "diverged":
-        sys.exit(1)
+        if args.save_model:
+            qf_state = {"qf1": qf1.state_dict(), "qf2": qf2.state_dict()}
+            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, actor=actor.state_dict(), qf=qf_state)
 
 
 if __name__ == "__main__":

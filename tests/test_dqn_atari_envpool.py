@@ -20,6 +20,8 @@ from conftest import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leanrl import bookkeeping as bk
+
 EAGER, TWIN = "dqn_atari_envpool", "dqn_atari_envpool_torchcompile"
 SCRIPTS = (EAGER, TWIN)
 # 600 steps, learning from step 200, one update every 4 steps: 100 updates of batch 8 (the CNN is slow on a CPU)
@@ -42,10 +44,10 @@ def mods():
 # ---------------------------------------------------------------- DQN target and epsilon
 
 
-def dqn_target_reference(next_q, rewards, terminated, gamma):
+def dqn_target_reference(rewards, next_q, terminations, gamma):
     """r + gamma * max_a Q(s', a), the bootstrap dropped only where the episode terminated (not truncated)."""
     out = []
-    for q_row, r, term in zip(next_q.double().tolist(), rewards.double().tolist(), terminated.tolist()):
+    for q_row, r, term in zip(next_q.double().tolist(), rewards.double().tolist(), terminations.tolist()):
         best = q_row[0]
         for q in q_row[1:]:
             best = max(best, q)
@@ -59,11 +61,11 @@ def test_dqn_target_matches_float64_reference(mods, name, batch, n_actions):
     g = torch.Generator().manual_seed(batch * 100 + n_actions)
     next_q = torch.randn(batch, n_actions, generator=g) * 3
     rewards = torch.randint(-1, 2, (batch,), generator=g).float()
-    terminated = torch.rand(batch, generator=g) < 0.3
+    terminations = torch.rand(batch, generator=g) < 0.3
     if batch > 1:
-        terminated[0], terminated[1] = True, False  # a terminated and a truncated (or running) transition
-    got = mods[name].dqn_target(next_q, rewards, terminated, 0.99)
-    want = dqn_target_reference(next_q, rewards, terminated, 0.99)
+        terminations[0], terminations[1] = True, False  # a terminated and a truncated (or running) transition
+    got = mods[name].dqn_target(rewards, next_q, terminations, 0.99)
+    want = dqn_target_reference(rewards, next_q, terminations, 0.99)
     assert got.dtype == torch.float32 and got.shape == (batch,)
     torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6)
     if batch > 1:  # the terminated one is the bare reward; the other one bootstraps from its best next action
@@ -72,7 +74,7 @@ def test_dqn_target_matches_float64_reference(mods, name, batch, n_actions):
 
 def test_twin_target_equals_the_eager_one(mods):
     g = torch.Generator().manual_seed(5)
-    inputs = (torch.randn(64, 4, generator=g), torch.randn(64, generator=g), torch.rand(64, generator=g) < 0.5)
+    inputs = (torch.randn(64, generator=g), torch.randn(64, 4, generator=g), torch.rand(64, generator=g) < 0.5)
     torch.testing.assert_close(mods[TWIN].dqn_target(*inputs, 0.97), mods[EAGER].dqn_target(*inputs, 0.97))
 
 
@@ -169,7 +171,7 @@ def test_rebuilt_stacks_equal_the_envs_over_episode_ends_and_wraparound(mods, na
             np.testing.assert_array_equal(next_obs[i], stacks[e, a + 1], err_msg=f"next obs env {e} step {a}")
             assert store["actions"][e, a % slots] == actions[e, a]
             assert store["rewards"][e, a % slots] == rewards[e, a]
-            assert store["terminated"][e, a % slots] == terms[e, a]
+            assert store["terminations"][e, a % slots] == terms[e, a]
 
     # the sampler draws every transition of the window but envpool's reset steps, whose action had no effect
     torch.manual_seed(0)
@@ -186,7 +188,7 @@ def test_rebuilt_stacks_equal_the_envs_over_episode_ends_and_wraparound(mods, na
         assert low <= a <= n - 2 and not reset_steps[e, a]
         np.testing.assert_array_equal(batch["obs"][i].numpy(), stacks[e, a])
         np.testing.assert_array_equal(batch["next_obs"][i].numpy(), stacks[e, a + 1])
-        assert batch["actions"][i] == actions[e, a] and batch["terminated"][i] == terms[e, a]
+        assert batch["actions"][i] == actions[e, a] and batch["terminations"][i] == terms[e, a]
         assert batch["rewards"][i] == rewards[e, a]
 
 
@@ -249,20 +251,20 @@ def fill(module, num_envs, capacity, writes, reset_prob, seed, life_prob=0.0):
     """
     store = module.new_frame_store(num_envs, capacity, frame_shape=(2, 2))
     rng = np.random.default_rng(seed)
-    firsts, terminated, reset_steps = (np.zeros((num_envs, writes), bool) for _ in range(3))
+    firsts, terminations, reset_steps = (np.zeros((num_envs, writes), bool) for _ in range(3))
     firsts[:, 0] = True
     for a in range(writes - 1):
         draw = rng.random(num_envs)
         game_over = ~reset_steps[:, a] & (draw < reset_prob)
         life_lost = ~reset_steps[:, a] & (reset_prob <= draw) & (draw < reset_prob + life_prob)
-        terminated[:, a] = (game_over & (rng.random(num_envs) < 0.5)) | life_lost
+        terminations[:, a] = (game_over & (rng.random(num_envs) < 0.5)) | life_lost
         reset_steps[:, a + 1] = game_over | life_lost
         if a + 2 < writes:
             firsts[:, a + 2] = game_over
     for a in range(writes):
         frames = torch.full((num_envs, 2, 2), a % 251, dtype=torch.uint8)
         zeros = torch.zeros(num_envs)
-        done = torch.as_tensor(terminated[:, a - 1]) if a else zeros.bool()
+        done = torch.as_tensor(terminations[:, a - 1]) if a else zeros.bool()
         module.store_add(store, frames, torch.as_tensor(firsts[:, a]), zeros.long() + a, zeros + a, done)
     return store, firsts, reset_steps
 
@@ -318,10 +320,12 @@ def test_bytes_per_transition(mods, name):
     module = mods[name]
     store = module.new_frame_store(4, 4000)
     nbytes = sum(t.nbytes for t in store.values())
-    assert nbytes == module.frame_store_bytes(4, 4000)
+    # the memory check counts the store on the meta device (allocating nothing): what it counts is what is allocated
+    counted = sum(t.nbytes for t in module.new_frame_store(4, 4000, "meta").values())
+    assert nbytes == counted == 4 * (1000 + 4) * (84 * 84 + 14) + 8  # 4 envs of 1000 slots and 4 more
     assert 84 * 84 <= nbytes / 4000 <= 7100, nbytes / 4000  # one frame per transition, plus 14 bytes of step data
     # a 1M buffer: about 7 GB (full stacks of obs and next obs would take 28 GB)
-    assert 7.05e9 < module.frame_store_bytes(1, 1_000_000) < 7.1e9
+    assert 7.05e9 < sum(t.nbytes for t in module.new_frame_store(1, 1_000_000, "meta").values()) < 7.1e9
 
 
 # ---------------------------------------------------------------- twin: compiled update and policy
@@ -333,14 +337,14 @@ def one_transition_store(twin, seed):
     g = torch.Generator().manual_seed(seed)
     frames = torch.randint(0, 256, (2, 1, 84, 84), generator=g, dtype=torch.uint8)
     action, reward = torch.randint(0, 4, (1,), generator=g), torch.randint(-1, 2, (1,), generator=g).float()
-    terminated = torch.rand(1, generator=g) < 0.5
+    terminations = torch.rand(1, generator=g) < 0.5
     store = twin.new_frame_store(1, 10)
     zeros = torch.zeros(1)
     twin.store_add(store, frames[0], zeros == 0, zeros.long(), zeros, zeros.bool())
-    twin.store_add(store, frames[1], zeros == 1, action, reward, terminated)
+    twin.store_add(store, frames[1], zeros == 1, action, reward, terminations)
     obs = frames[0].expand(4, 84, 84)
     batch = dict(
-        obs=obs, actions=action, rewards=reward, next_obs=torch.cat([obs[1:], frames[1]]), terminated=terminated
+        obs=obs, actions=action, rewards=reward, next_obs=torch.cat([obs[1:], frames[1]]), terminations=terminations
     )
     return store, {
         key: value.expand(8, *value.shape) if key.endswith("obs") else value.expand(8) for key, value in batch.items()
@@ -348,8 +352,8 @@ def one_transition_store(twin, seed):
 
 
 def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
-    """The twin's update (sample, target, loss, fused Adam, masked target copy) compiled, against eager learn() and
-    CleanRL's target copy on the same batch; no recompile when the batch or the copy flag changes."""
+    """The twin's train_step (sample, target, loss, fused Adam, masked target copy) compiled, against the eager
+    update() and CleanRL's target copy on the same batch; no recompile when the batch or the copy flag changes."""
     eager, twin = mods[EAGER], mods[TWIN]
     torch.manual_seed(0)
     q_network = eager.QNetwork(4)
@@ -359,11 +363,11 @@ def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
     twin_optimizer = torch.optim.Adam(twin_q.parameters(), lr=1e-4, fused=True)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(twin.update)
+    compiled = torch.compile(twin.train_step)
     for call, copy_target in enumerate([False, True, False]):
         store, batch = one_transition_store(twin, seed=call)
         assert batch["obs"].shape == (8, 4, 84, 84) and batch["actions"].shape == (8,)
-        want = eager.learn(q_network, target_network, eager_optimizer, batch, 0.99)
+        want = eager.update(q_network, target_network, eager_optimizer, batch, 0.99)
         if copy_target:
             for target_network_param, q_network_param in zip(target_network.parameters(), q_network.parameters()):
                 target_network_param.data.copy_(q_network_param.data)
@@ -393,7 +397,7 @@ def test_policy_step_compiles_whole_and_explores_as_told(mods):
     q_network = twin.QNetwork(4)
     obs = torch.randint(0, 256, (64, 4, 84, 84), dtype=torch.uint8)
     greedy = q_network(obs).argmax(dim=1)
-    policy = torch.compile(lambda obs, eps: twin.act(q_network, obs, eps), fullgraph=True)
+    policy = torch.compile(lambda obs, eps: twin.epsilon_greedy(q_network, obs, eps), fullgraph=True)
     epsilon = torch.tensor(0.0)
     assert torch.equal(policy(obs, epsilon), greedy)
     with torch._dynamo.config.patch(error_on_recompile=True):
@@ -498,6 +502,12 @@ BAD_INPUTS = [
     (("--buffer-device", "tpu"), "--buffer-device"),
     (("--buffer-device", "cuda"), "--buffer-device"),
     (("--buffer-size", "100000000000"), "--buffer-size"),  # 700 TB: more than this machine has
+    (("--learning-rate", "-1"), "--learning-rate"),
+    (("--learning-rate", "0"), "--learning-rate"),
+    (("--target-network-frequency", "0"), "--target-network-frequency"),
+    (("--learning-starts", "-1"), "--learning-starts"),
+    (("--total-timesteps", "1", "--num-envs", "2"), "--total-timesteps"),
+    (("--buffer-size", "1", "--num-envs", "2", "--batch-size", "1"), "--buffer-size"),
 ]
 
 
@@ -511,9 +521,26 @@ def test_bad_input_exits_2_with_one_line(mods, name, variant, flags, flag, capsy
     assert_main_exits_2_with_one_line(mods[name], name, args, flag, capsys, tmp_path)
 
 
-def test_atari_games_other_than_breakout_are_accepted(mods):
-    for name in SCRIPTS:
-        mods[name].check_env_id("Pong-v5")  # no exit
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_results_file_that_cannot_be_one_exits_2_with_one_line(mods, name, where, capsys, tmp_path):
+    """--results-file names a folder, or a path under a file: one line naming the flag, nothing written."""
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_file").write_text("kept\n")
+    results = tmp_path / ("a_folder" if where == "a folder" else "a_file/results.jsonl")
+    args = args_from_flags(mods[name], ("--results-file", str(results)))
+    args.cuda = False
+    with pytest.raises(SystemExit) as exit_info:
+        mods[name].main(args)
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: --results-file {results}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "a_folder"]
+    assert (tmp_path / "a_file").read_text() == "kept\n" and not any((tmp_path / "a_folder").iterdir())
+
+
+def test_atari_games_other_than_breakout_are_accepted():
+    bk.check_atari_env("dqn_atari_envpool.py", "Pong-v5")  # no exit: the check both scripts make
 
 
 @pytest.mark.parametrize(
@@ -533,3 +560,10 @@ def test_bad_input_from_the_command_line(name, flags, flag, tmp_path):
 def test_scripts_import_without_side_effects():
     for name in SCRIPTS:
         assert name in sys.modules or load_script(name)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_eval_checkpoint_that_is_not_one_exits_2_with_one_line(mods, name, capsys, tmp_path):
+    (tmp_path / "not_a_checkpoint.pt").write_text("not a checkpoint\n")
+    args = args_from_flags(mods[name], ("--eval-checkpoint", str(tmp_path / "not_a_checkpoint.pt")))
+    assert_main_exits_2_with_one_line(mods[name], name, args, "--eval-checkpoint", capsys, tmp_path)

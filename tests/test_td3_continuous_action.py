@@ -391,6 +391,7 @@ BAD_INPUTS = [
     (("--policy-frequency", "0"), "--policy-frequency"),
     (("--tau", "1.5"), "--tau"),
     (("--noise-clip", "-0.1"), "--noise-clip"),
+    (("--learning-rate", "-1"), "--learning-rate"),
 ]
 VARIANT_IDS = ["eager", "twin", "twin-compile"]
 
@@ -402,6 +403,26 @@ def test_bad_input_exits_2_with_one_line(name, extra, flags, flag, capsys, tmp_p
     args = args_from_flags(MODULES[name], (*flags, *extra))
     assert getattr(args, "compile", False) is bool(extra)
     assert_main_exits_2_with_one_line(MODULES[name], name, args, flag, capsys, tmp_path)
+
+
+@pytest.mark.parametrize("name,extra", [(EAGER, ()), (TWIN, ()), (TWIN, ("--compile", "True"))], ids=VARIANT_IDS)
+@pytest.mark.parametrize("where", ["a-folder", "under-a-file"])
+def test_results_file_that_cannot_be_written_exits_2_with_one_line(name, extra, where, capsys, tmp_path):
+    """--results-file naming a folder, or a file under a plain file: one line naming the flag, exit 2, and nothing
+    written (no results line, no run folder)."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "plain").write_text("not a folder\n")
+    results_file = tmp_path / "folder" if where == "a-folder" else tmp_path / "plain" / "results.jsonl"
+    args = args_from_flags(MODULES[name], extra)
+    args.results_file, args.cuda = str(results_file), False
+    with pytest.raises(SystemExit) as exit_info:
+        MODULES[name].main(args)
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: --results-file {results_file}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain"]
+    assert not any((tmp_path / "folder").iterdir())
+    assert (tmp_path / "plain").read_text() == "not a folder\n"
 
 
 @pytest.mark.parametrize(
