@@ -9,35 +9,29 @@ Run: torchrun --nproc-per-node 2 leanrl/ppo_atari_envpool_distributed.py --local
 Without torchrun it runs as one process: the twin.
 """
 
-import json
-import math
+import io
 import os
-import platform
 import random
 import signal  # trick: torchrun stops the other ranks with SIGTERM when one fails
 import sys
-import time
-import warnings
-from collections import deque
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta  # trick: the process group's timeout
+from contextlib import contextmanager, redirect_stderr
+from dataclasses import dataclass
+from datetime import timedelta  # trick: the process group's timeout
 from functools import partial
 from pathlib import Path
 
 import envpool
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.distributed as dist  # trick: torch.distributed: gloo on CPU, nccl on GPUs, started by torchrun
 import torch.distributed._functional_collectives as funcol
 import torch.nn as nn
 import torch.optim as optim
-import tqdm
 import tyro
 from tensordict.nn import CudaGraphModule
 from torch.distributions.categorical import Categorical
 
-SCRIPT = Path(__file__).name
+from leanrl import bookkeeping as bk
 
 
 @dataclass
@@ -123,144 +117,9 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
-def fail(msg):
-    """Bad input: one line on stderr, exit code 2, no traceback and no results line."""
-    if int(os.environ.get("RANK", 0)) == 0:  # trick: every rank stops on the same args; rank 0 alone says why
-        print(f"{SCRIPT}: error: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def check_env_id(env_id):
-    """Refuse anything but an envpool Atari game: image observations (4, 84, 84) uint8 and discrete actions."""
-    if env_id not in envpool.list_all_envs():
-        fail(f"--env-id {env_id!r} is not an envpool task (Atari games look like 'Breakout-v5')")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # gymnasium's notes on other families' spaces
-            spec = envpool.make_spec(env_id)
-            obs_space, act_space = spec.observation_space, spec.action_space
-        is_atari = obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8
-        is_atari = is_atari and isinstance(act_space, gym.spaces.Discrete)
-    except Exception:
-        is_atari = False
-    if not is_atari:
-        fail(f"--env-id {env_id!r} is not an Atari game; this script needs stacked 84x84 frames and discrete actions")
-
-
-def check_args(args):
-    """Every bad input is refused here, before any training."""
-    # trick: torchrun tells each process the world size (and its RANK, and LOCAL_RANK, its GPU on its machine)
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    cuda = torch.cuda.is_available() and args.cuda
-    args.backend = args.backend or ("nccl" if cuda else "gloo")
-    if not dist.is_available() or not dist.is_backend_available(args.backend) or (args.backend == "nccl" and not cuda):
-        fail(f"--backend {args.backend!r} is not available on this machine")
-    if args.eval_checkpoint is not None and world_size > 1:
-        fail("--eval-checkpoint plays on one process: start it without torchrun")
-    if args.eval_checkpoint is not None:
-        if not Path(args.eval_checkpoint).is_file():
-            fail(f"--eval-checkpoint {args.eval_checkpoint!r}: no such file")
-        if args.eval_episodes <= 0:
-            fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
-        return
-    for flag in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
-        if getattr(args, flag) <= 0:
-            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    # trick: the envs are spread over the ranks: --num-envs in all, --local-num-envs on each
-    if args.local_num_envs is not None:
-        if args.local_num_envs <= 0:
-            fail(f"--local-num-envs must be positive, got {args.local_num_envs}")
-        args.num_envs = args.local_num_envs * world_size
-    if args.num_envs % world_size:
-        fail(f"--num-envs {args.num_envs} does not divide by the world size {world_size}")
-    args.local_num_envs = args.num_envs // world_size
-    if args.measure_burnin < 0:
-        fail(f"--measure-burnin must not be negative, got {args.measure_burnin}")
-    batch_size = args.num_envs * args.num_steps
-    if args.total_timesteps < batch_size:
-        fail(
-            f"--total-timesteps {args.total_timesteps} is smaller than one iteration "
-            f"(--num-envs x --num-steps = {batch_size})"
-        )
-    local_batch_size = args.local_num_envs * args.num_steps  # trick: each rank splits its share into minibatches
-    if local_batch_size % args.num_minibatches:
-        fail(f"--num-minibatches {args.num_minibatches} does not divide the batch of {local_batch_size} steps per rank")
-    # trick: CUDA graphs need CUDA; refuse rather than fall back, which would put false numbers in the speed tables
-    if args.cudagraphs and not (torch.cuda.is_available() and args.cuda):
-        fail("--cudagraphs needs CUDA, and none is available")
-    # trick: a rank per GPU: NCCL refuses two ranks on one GPU, and gloo's all-reduce goes through the host, which a
-    # CUDA graph cannot capture
-    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    if cuda and args.backend == "nccl" and ranks_here > torch.cuda.device_count():
-        fail(f"{ranks_here} ranks on this machine but {torch.cuda.device_count()} GPUs: NCCL needs a GPU per rank")
-    if cuda and args.cudagraphs and args.backend != "nccl" and world_size > 1:
-        fail(f"--cudagraphs needs the nccl backend (a CUDA graph cannot capture {args.backend}'s all-reduce)")
-    check_env_id(args.env_id)
-
-
 def make_env(env_id, num_envs, seed):
     """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
     return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
-
-
-def game_returns(episode_returns, raw_rewards, game_over):
-    """Sum the raw (unclipped) rewards per env; return the totals of the games that just ended, reset those.
-
-    episodic_life makes every lost life an episode for learning; a score is the return of a whole game.
-    """
-    episode_returns += raw_rewards
-    finished = episode_returns[game_over].tolist()
-    episode_returns[game_over] = 0.0
-    return finished
-
-
-def machine():
-    """The hardware fields of the results line."""
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__}
-
-
-def finite_or_none(obj):
-    """A results line is strict JSON: every non-finite float (NaN, inf), nested ones included, becomes null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {key: finite_or_none(value) for key, value in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite_or_none(value) for value in obj]
-    return obj
-
-
-def summary(line, results_file, run_dir):
-    """The one line a run prints when it ends: what it did, and where its results and its folder are."""
-    sps = f"{line['sps']:.0f}" if line["sps"] else "n/a"
-    mean_return = "n/a" if line["mean_return"] is None else f"{line['mean_return']:.1f}"
-    return (
-        f"{line['script']}: {line['status']}: {line['steps']} steps, {sps} steps/s, mean return {mean_return} over "
-        f"{line['episodes']} episodes; results: {Path(results_file).resolve()}, run folder: {Path(run_dir).resolve()}"
-    )
-
-
-def append_line(path, text):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(text + "\n")
-
-
-def speed(marks, burnin):
-    """Env steps/s from the end of burn-in to the end; marks[i] = (steps, time) after iteration i (0: start); None
-    before the first iteration ends."""
-    done = len(marks) - 1
-    if done < 1:
-        return None
-    (s0, t0), (s1, t1) = marks[min(burnin, done - 1)], marks[-1]
-    return (s1 - s0) / max(t1 - t0, 1e-9)
 
 
 def layer_init(layer, std=2**0.5, bias_const=0.0):
@@ -452,10 +311,6 @@ def update(
     return dict(loss=loss.detach(), **parts)
 
 
-class Diverged(Exception):
-    pass
-
-
 def stopped(signum, frame):
     """torchrun sends SIGTERM to the other ranks when one fails: end as an error, so rank 0 writes its results line."""
     # trick: a rank stopped from outside still reports; a second signal ends it for good
@@ -463,43 +318,91 @@ def stopped(signum, frame):
     raise RuntimeError(f"stopped by {signal.Signals(signum).name}: torchrun stops every rank when one fails")
 
 
-def first_non_finite(losses):
-    return next(((name, value) for name, value in losses.items() if not math.isfinite(value)), None)
+@contextmanager
+def process_group(args, world_size):
+    """The run joins the other ranks; a collective waits --dist-timeout at most, then raises, so none waits forever."""
+    # trick: join the other ranks for the whole run, leave cleanly at its end
+    if world_size > 1:
+        signal.signal(signal.SIGTERM, stopped)
+        dist.init_process_group(args.backend, timeout=timedelta(seconds=args.dist_timeout))
+    try:
+        yield
+    except BaseException:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # trick: a late SIGTERM must not cut the results line short
+        raise
+    if world_size > 1:
+        dist.destroy_process_group()
+
+
+def check_args(args):
+    """Reject bad input before any training."""
+    positive = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "local_num_envs")
+    bk.check_flags(__file__, args, positive)
+    # trick: torchrun tells each process the world size (and its RANK, and LOCAL_RANK, its GPU on its machine)
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    cuda = torch.cuda.is_available() and args.cuda
+    args.backend = args.backend or ("nccl" if cuda else "gloo")
+    if not dist.is_available() or not dist.is_backend_available(args.backend) or (args.backend == "nccl" and not cuda):
+        bk.fail(__file__, f"--backend {args.backend!r} is not available on this machine")
+    if args.eval_checkpoint is not None and world_size > 1:
+        bk.fail(__file__, "--eval-checkpoint plays on one process: start it without torchrun")
+    if args.eval_checkpoint is not None:
+        return
+    # trick: the envs are spread over the ranks: --num-envs in all, --local-num-envs on each
+    if args.local_num_envs is not None:
+        args.num_envs = args.local_num_envs * world_size
+    if args.num_envs % world_size:
+        bk.fail(__file__, f"--num-envs {args.num_envs} does not divide by the world size {world_size}")
+    args.local_num_envs = args.num_envs // world_size
+    batch_size = args.num_envs * args.num_steps
+    if args.total_timesteps < batch_size:
+        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one iteration (--num-envs x "
+                f"--num-steps = {batch_size})")  # fmt: skip
+    local_batch_size = args.local_num_envs * args.num_steps  # trick: each rank splits its share into minibatches
+    if local_batch_size % args.num_minibatches:
+        bk.fail(__file__, f"--num-minibatches {args.num_minibatches} does not divide the batch of {local_batch_size} "
+                "steps per rank")  # fmt: skip
+    # trick: a rank per GPU: NCCL refuses two ranks on one GPU, and gloo's all-reduce goes through the host, which a
+    # CUDA graph cannot capture
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if cuda and args.backend == "nccl" and ranks_here > torch.cuda.device_count():
+        bk.fail(__file__, f"{ranks_here} ranks on this machine but {torch.cuda.device_count()} GPUs: NCCL needs a GPU "
+                "per rank")  # fmt: skip
+    if cuda and args.cudagraphs and args.backend != "nccl" and world_size > 1:
+        bk.fail(__file__, f"--cudagraphs needs the nccl backend (a CUDA graph cannot capture {args.backend}'s "
+                "all-reduce)")  # fmt: skip
+    bk.check_atari_env(__file__, args.env_id)
 
 
 def evaluate(args, device):
     """Play --eval-episodes full games with a checkpoint; actions sampled from the policy, as CleanRL's evals do."""
-    checkpoint = torch.load(args.eval_checkpoint, map_location="cpu")  # load_state_dict copies to the device
-    train_args = checkpoint["args"]
-    envs = make_env(train_args["env_id"], train_args["num_envs"], args.seed)
-    agent = Agent(envs.action_space.n).to(device)
-    agent.load_state_dict(checkpoint["model"])
-    agent.eval()
-    returns, steps = [], 0
-    start = time.time()
-    next_obs = torch.as_tensor(envs.reset()[0], device=device)
-    episode_returns = np.zeros(train_args["num_envs"])
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            action, _, _, _ = agent.get_action_and_value(next_obs)
-        next_obs_np, _, _, truncations, info = envs.step(action.cpu().numpy())
-        steps += train_args["num_envs"]
-        next_obs = torch.as_tensor(next_obs_np, device=device)
-        returns += game_returns(episode_returns, info["reward"], info["terminated"].astype(bool) | truncations)
-    envs.close()
-    returns = returns[: args.eval_episodes]
-    wall_s = time.time() - start
-    return train_args["env_id"], steps, steps / max(wall_s, 1e-9), returns
+    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
+    args.env_id, num_envs = checkpoint["args"]["env_id"], checkpoint["args"]["num_envs"]
+    with bk.Run(__file__, args, device, mode="eval") as run:
+        envs = make_env(args.env_id, num_envs, args.seed)
+        agent = Agent(envs.action_space.n).to(device)
+        agent.load_state_dict(checkpoint["model"])
+        running_returns = np.zeros(num_envs)
+
+        def act(obs):
+            with torch.no_grad():
+                return agent.get_action_and_value(torch.as_tensor(obs, device=device))[0].cpu().numpy()
+
+        def games(rewards, terminations, truncations, infos):
+            return bk.game_returns(running_returns, infos["reward"], infos["terminated"].astype(bool) | truncations)
+
+        run.play(envs, act, games, args.eval_episodes)
 
 
 def main(args):
-    check_args(args)
-    # trick: rank 0 alone logs to wandb and saves the model
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    args.track, args.save_model = args.track and rank == 0, args.save_model and rank == 0
-    start_time = time.time()
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(start_time)}"
-    run_dir = Path(args.results_file).parent / run_name
+    with redirect_stderr(sys.stderr if rank == 0 else io.StringIO()):  # trick: all ranks stop alike, rank 0 says why
+        check_args(args)
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+
+    args.save_model = args.save_model and rank == 0  # trick: rank 0 alone saves the model
 
     # TRY NOT TO MODIFY: seeding
     # trick: each rank samples its own actions and minibatches (the weights come from rank 0)
@@ -517,68 +420,13 @@ def main(args):
     device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}" if cuda else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    line = dict(
-        script=SCRIPT,
-        env_id=args.env_id,
-        seed=args.seed,
-        compile=getattr(args, "compile", False),
-        cudagraphs=getattr(args, "cudagraphs", False),
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        **machine(),
-        run_name=run_name,
-        total_timesteps=args.total_timesteps,
-        mode="train",
-        world_size=world_size,  # trick: the results line counts the steps of all ranks
-    )
-
-    def finish(status, steps, sps, returns, losses, message=None):
-        if rank != 0:  # trick: rank 0 alone writes the results line and prints the summary
-            return
-        mean_return = float(np.mean(returns[-100:])) if returns else None
-        line.update(steps=steps, sps=sps, wall_s=time.time() - start_time, mean_return=mean_return)
-        line.update(episodes=len(returns), status=status, losses=losses, message=message)
-        line.update(time=datetime.now(UTC).isoformat())
-        strict = finite_or_none(line)
-        append_line(args.results_file, json.dumps(strict, allow_nan=False))
-        print(summary(strict, args.results_file, run_dir))
-
     if args.eval_checkpoint is not None:
-        # an evaluation has no run folder of its own: it reports the folder of the checkpoint it played
-        run_dir = Path(args.eval_checkpoint).parent
-        line.update(mode="eval", run_name=run_dir.name, checkpoint=args.eval_checkpoint)
-        try:
-            line["env_id"], steps, sps, returns = evaluate(args, device)
-        except KeyboardInterrupt:
-            finish("interrupted", 0, 0.0, [], {}, "interrupted")
-            sys.exit(130)
-        except Exception as err:
-            finish("error", 0, 0.0, [], {}, f"{type(err).__name__}: {err}")
-            raise
-        finish("ok", steps, sps, returns, {})
-        return
+        return evaluate(args, device)
 
-    args.batch_size = int(args.num_envs * args.num_steps)
-    args.minibatch_size = int(args.batch_size // args.num_minibatches)
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            config=vars(args),
-            name=run_name,
-            sync_tensorboard=False,
-        )
-
-    global_step, episodic_returns, losses, marks = 0, [], {}, []
-    if rank == 0:  # trick: one run folder, rank 0's
-        run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        # trick: join the other ranks; a collective waits --dist-timeout at most, then raises, so none waits forever
-        if world_size > 1:
-            signal.signal(signal.SIGTERM, stopped)
-            dist.init_process_group(args.backend, timeout=timedelta(seconds=args.dist_timeout))
+    # trick: rank 0 alone records the run (folder, curve of its own envs' games, progress bar, wandb, results line
+    # with the steps of all ranks, summary); the run joins the other ranks
+    run_here = bk.Run(__file__, args, device, record=rank == 0, world_size=world_size)
+    with run_here as run, process_group(args, world_size):
         # trick: each rank its own envs, seeded as the twin seeds the same envs (envpool seeds env i with seed + i)
         envs = make_env(args.env_id, args.local_num_envs, args.seed + rank * args.local_num_envs)
         agent = Agent(envs.action_space.n).to(device)
@@ -586,11 +434,10 @@ def main(args):
             for param in agent.parameters():
                 dist.broadcast(param.data, src=0)
         # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam updates every parameter
-        # in one multi-tensor kernel and keeps its step counts on the device (2-core CPU: 1.3-4 ms a step against
-        # 20 ms for the default per-parameter loop). torch.compile does not trace into it: under --compile it runs as
-        # the same eager kernel between two graphs, which measured faster on CPU than the compiled unfused Adam (4-9
-        # ms) and compiles 14 s sooner. capturable: a CUDA graph may replay the step without torch.compile (which
-        # sets this itself)
+        # in one multi-tensor kernel and keeps its step counts on the device. torch.compile does not trace into it:
+        # under --compile it runs as the same eager kernel between two graphs, which measured faster on CPU than the
+        # compiled unfused Adam and compiles sooner. capturable: a CUDA graph may replay the step without
+        # torch.compile (which sets this itself)
         optimizer = optim.Adam(
             agent.parameters(),
             lr=torch.tensor(args.learning_rate, device=device),
@@ -654,16 +501,11 @@ def main(args):
             advantages_fn = CudaGraphModule(advantages_fn, warmup=3)
             update_step = CudaGraphModule(update_step, warmup=3)
 
-        curve = run_dir / "returns.csv"
-        if rank == 0:  # trick: rank 0 alone keeps the curve, of its own envs' games (a fair sample of all ranks')
-            curve.write_text("step,wall_s,return\n")
-        running_returns = np.zeros(args.local_num_envs)
-        recent = deque(maxlen=100)
+        # TRY NOT TO MODIFY: start the game
+        global_step = 0
+        running_returns = np.zeros(args.local_num_envs)  # each env's score in its current game
         obs[-1] = torch.as_tensor(envs.reset()[0], device=device)
-        marks.append((global_step, time.time()))
-        # trick: one progress bar, rank 0's
-        pbar = tqdm.tqdm(range(1, args.num_iterations + 1), desc=SCRIPT, mininterval=2.0, disable=rank != 0)
-        for iteration in pbar:
+        for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -683,22 +525,18 @@ def main(args):
                 # trick: non_blocking host-to-device copies, two a step
                 obs[step + 1].copy_(torch.from_numpy(next_obs_np), non_blocking=True)
                 env_out[step + 1].copy_(staging, non_blocking=True)
+                # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
                 game_over = info["terminated"].astype(bool) | truncations
-                # trick: only rank 0 counts its games; the others' envs are played alike
-                finished = game_returns(running_returns, info["reward"], game_over) if rank == 0 else []
-                for episodic_return in finished:
-                    episodic_returns.append(episodic_return)
-                    recent.append(episodic_return)
-                    append_line(curve, f"{global_step},{time.time() - start_time:.3f},{episodic_return}")
-                    if args.track:
-                        wandb.log({"charts/episodic_return": episodic_return}, step=global_step)
+                for episodic_return in bk.game_returns(running_returns, info["reward"], game_over):
+                    run.episode(global_step, episodic_return)
 
             # bootstrap value if not done
             advantages_fn()
 
             # Optimizing the policy and value network
             for _epoch in range(args.update_epochs):
-                # minibatch indices drawn on the device: no index upload per minibatch
+                # as a careful user writes CleanRL's shuffle: the minibatch indices are drawn on the device (no index
+                # upload per minibatch), from torch's generator, so the twin draws the very same minibatches
                 # trick: each rank shuffles its own share of the batch; one minibatch is every rank's share
                 local_mb_size = args.minibatch_size // world_size
                 for mb_inds in torch.randperm(args.batch_size // world_size, device=device).split(local_mb_size):
@@ -706,41 +544,14 @@ def main(args):
                 if args.target_kl is not None and out["approx_kl"] > args.target_kl:
                     break
             # trick: the losses come to the host once per iteration (not per minibatch), and are checked there
-            losses = dict(zip(out, torch.stack(list(out.values())).tolist()))
-            bad = first_non_finite(losses)
-            if bad:
-                raise Diverged(f"loss diverged at step {global_step}: {bad[0]}={bad[1]}")
+            losses = run.check_finite(global_step, out)
 
-            marks.append((global_step, time.time()))
-            sps = speed(marks, args.measure_burnin)
-            mean_return = np.mean(recent) if recent else float("nan")
-            pbar.set_postfix(sps=f"{sps:.0f}", ret=f"{mean_return:.1f}", refresh=False)
-            if args.track:
-                lr = optimizer.param_groups[0]["lr"]
-                logs = {f"losses/{name}": value for name, value in losses.items()}
-                wandb.log({"charts/SPS": sps, "charts/learning_rate": float(lr), **logs}, step=global_step)
+            run.tick(global_step)
+            logs = {f"losses/{name}": value for name, value in losses.items()}
+            run.report(global_step, {"charts/learning_rate": optimizer.param_groups[0]["lr"], **logs})
         envs.close()
         if args.save_model:
-            model_path = run_dir / f"{args.exp_name}.pt"
-            tmp_path = model_path.with_suffix(".pt.tmp")
-            torch.save({"args": asdict(args), "model": agent.state_dict()}, tmp_path)
-            os.replace(tmp_path, model_path)  # atomic: a reader never sees half a checkpoint
-            print(f"{SCRIPT}: model saved to {model_path}")
-    except (KeyboardInterrupt, Exception) as err:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # trick: a late SIGTERM from torchrun must not cut the line short
-        status = {KeyboardInterrupt: "interrupted", Diverged: "diverged"}.get(type(err), "error")
-        message = str(err) or type(err).__name__
-        finish(status, global_step, speed(marks, args.measure_burnin), episodic_returns, losses, message)
-        if status == "interrupted":
-            sys.exit(130)
-        if status == "diverged":
-            print(f"{SCRIPT}: {message}", file=sys.stderr)
-            sys.exit(1)
-        raise
-
-    finish("ok", global_step, speed(marks, args.measure_burnin), episodic_returns, losses)
-    if world_size > 1:  # trick: leave the process group cleanly
-        dist.destroy_process_group()
+            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=agent.state_dict())
 
 
 if __name__ == "__main__":

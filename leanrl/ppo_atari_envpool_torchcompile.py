@@ -3,32 +3,21 @@
 Run: python leanrl/ppo_atari_envpool_torchcompile.py --env-id Breakout-v5 --compile --cudagraphs
 """
 
-import json
-import math
-import os
-import platform
 import random
-import sys
-import time
-import warnings
-from collections import deque
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import envpool
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-import tqdm
 import tyro
 from tensordict.nn import CudaGraphModule
 from torch.distributions.categorical import Categorical
 
-SCRIPT = Path(__file__).name
+from leanrl import bookkeeping as bk
 
 
 @dataclass
@@ -107,119 +96,9 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
-def fail(msg):
-    """Bad input: one line on stderr, exit code 2, no traceback and no results line."""
-    print(f"{SCRIPT}: error: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def check_env_id(env_id):
-    """Refuse anything but an envpool Atari game: image observations (4, 84, 84) uint8 and discrete actions."""
-    if env_id not in envpool.list_all_envs():
-        fail(f"--env-id {env_id!r} is not an envpool task (Atari games look like 'Breakout-v5')")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # gymnasium's notes on other families' spaces
-            spec = envpool.make_spec(env_id)
-            obs_space, act_space = spec.observation_space, spec.action_space
-        is_atari = obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8
-        is_atari = is_atari and isinstance(act_space, gym.spaces.Discrete)
-    except Exception:
-        is_atari = False
-    if not is_atari:
-        fail(f"--env-id {env_id!r} is not an Atari game; this script needs stacked 84x84 frames and discrete actions")
-
-
-def check_args(args):
-    """Every bad input is refused here, before any training."""
-    if args.eval_checkpoint is not None:
-        if not Path(args.eval_checkpoint).is_file():
-            fail(f"--eval-checkpoint {args.eval_checkpoint!r}: no such file")
-        if args.eval_episodes <= 0:
-            fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
-        return
-    for flag in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps"):
-        if getattr(args, flag) <= 0:
-            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.measure_burnin < 0:
-        fail(f"--measure-burnin must not be negative, got {args.measure_burnin}")
-    batch_size = args.num_envs * args.num_steps
-    if args.total_timesteps < batch_size:
-        fail(
-            f"--total-timesteps {args.total_timesteps} is smaller than one iteration "
-            f"(--num-envs x --num-steps = {batch_size})"
-        )
-    if batch_size % args.num_minibatches:
-        fail(f"--num-minibatches {args.num_minibatches} does not divide the batch of {batch_size} steps")
-    # trick: CUDA graphs need CUDA; refuse rather than fall back, which would put false numbers in the speed tables
-    if args.cudagraphs and not (torch.cuda.is_available() and args.cuda):
-        fail("--cudagraphs needs CUDA, and none is available")
-    check_env_id(args.env_id)
-
-
 def make_env(env_id, num_envs, seed):
     """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
     return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
-
-
-def game_returns(episode_returns, raw_rewards, game_over):
-    """Sum the raw (unclipped) rewards per env; return the totals of the games that just ended, reset those.
-
-    episodic_life makes every lost life an episode for learning; a score is the return of a whole game.
-    """
-    episode_returns += raw_rewards
-    finished = episode_returns[game_over].tolist()
-    episode_returns[game_over] = 0.0
-    return finished
-
-
-def machine():
-    """The hardware fields of the results line."""
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__}
-
-
-def finite_or_none(obj):
-    """A results line is strict JSON: every non-finite float (NaN, inf), nested ones included, becomes null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {key: finite_or_none(value) for key, value in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite_or_none(value) for value in obj]
-    return obj
-
-
-def summary(line, results_file, run_dir):
-    """The one line a run prints when it ends: what it did, and where its results and its folder are."""
-    sps = f"{line['sps']:.0f}" if line["sps"] else "n/a"
-    mean_return = "n/a" if line["mean_return"] is None else f"{line['mean_return']:.1f}"
-    return (
-        f"{line['script']}: {line['status']}: {line['steps']} steps, {sps} steps/s, mean return {mean_return} over "
-        f"{line['episodes']} episodes; results: {Path(results_file).resolve()}, run folder: {Path(run_dir).resolve()}"
-    )
-
-
-def append_line(path, text):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(text + "\n")
-
-
-def speed(marks, burnin):
-    """Env steps/s from the end of burn-in to the end; marks[i] = (steps, time) after iteration i (0: start); None
-    before the first iteration ends."""
-    done = len(marks) - 1
-    if done < 1:
-        return None
-    (s0, t0), (s1, t1) = marks[min(burnin, done - 1)], marks[-1]
-    return (s1 - s0) / max(t1 - t0, 1e-9)
 
 
 def layer_init(layer, std=2**0.5, bias_const=0.0):
@@ -372,44 +251,46 @@ def update(
     return dict(loss=loss.detach(), **parts)
 
 
-class Diverged(Exception):
-    pass
-
-
-def first_non_finite(losses):
-    return next(((name, value) for name, value in losses.items() if not math.isfinite(value)), None)
+def check_args(args):
+    """Reject bad input before any training."""
+    positive = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps")
+    bk.check_flags(__file__, args, positive)
+    if args.eval_checkpoint is not None:
+        return
+    batch_size = args.num_envs * args.num_steps
+    if args.total_timesteps < batch_size:
+        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one iteration (--num-envs x "
+                f"--num-steps = {batch_size})")  # fmt: skip
+    if batch_size % args.num_minibatches:
+        bk.fail(__file__, f"--num-minibatches {args.num_minibatches} does not divide the batch of {batch_size} steps")
+    bk.check_atari_env(__file__, args.env_id)
 
 
 def evaluate(args, device):
     """Play --eval-episodes full games with a checkpoint; actions sampled from the policy, as CleanRL's evals do."""
-    checkpoint = torch.load(args.eval_checkpoint, map_location="cpu")  # load_state_dict copies to the device
-    train_args = checkpoint["args"]
-    envs = make_env(train_args["env_id"], train_args["num_envs"], args.seed)
-    agent = Agent(envs.action_space.n).to(device)
-    agent.load_state_dict(checkpoint["model"])
-    agent.eval()
-    returns, steps = [], 0
-    start = time.time()
-    next_obs = torch.as_tensor(envs.reset()[0], device=device)
-    episode_returns = np.zeros(train_args["num_envs"])
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            action, _, _, _ = agent.get_action_and_value(next_obs)
-        next_obs_np, _, _, truncations, info = envs.step(action.cpu().numpy())
-        steps += train_args["num_envs"]
-        next_obs = torch.as_tensor(next_obs_np, device=device)
-        returns += game_returns(episode_returns, info["reward"], info["terminated"].astype(bool) | truncations)
-    envs.close()
-    returns = returns[: args.eval_episodes]
-    wall_s = time.time() - start
-    return train_args["env_id"], steps, steps / max(wall_s, 1e-9), returns
+    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
+    args.env_id, num_envs = checkpoint["args"]["env_id"], checkpoint["args"]["num_envs"]
+    with bk.Run(__file__, args, device, mode="eval") as run:
+        envs = make_env(args.env_id, num_envs, args.seed)
+        agent = Agent(envs.action_space.n).to(device)
+        agent.load_state_dict(checkpoint["model"])
+        running_returns = np.zeros(num_envs)
+
+        def act(obs):
+            with torch.no_grad():
+                return agent.get_action_and_value(torch.as_tensor(obs, device=device))[0].cpu().numpy()
+
+        def games(rewards, terminations, truncations, infos):
+            return bk.game_returns(running_returns, infos["reward"], infos["terminated"].astype(bool) | truncations)
+
+        run.play(envs, act, games, args.eval_episodes)
 
 
 def main(args):
     check_args(args)
-    start_time = time.time()
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(start_time)}"
-    run_dir = Path(args.results_file).parent / run_name
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -421,69 +302,18 @@ def main(args):
     Categorical.set_default_validate_args(False)
 
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    line = dict(
-        script=SCRIPT,
-        env_id=args.env_id,
-        seed=args.seed,
-        compile=getattr(args, "compile", False),
-        cudagraphs=getattr(args, "cudagraphs", False),
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        **machine(),
-        run_name=run_name,
-        total_timesteps=args.total_timesteps,
-        mode="train",
-    )
-
-    def finish(status, steps, sps, returns, losses, message=None):
-        mean_return = float(np.mean(returns[-100:])) if returns else None
-        line.update(steps=steps, sps=sps, wall_s=time.time() - start_time, mean_return=mean_return)
-        line.update(episodes=len(returns), status=status, losses=losses, message=message)
-        line.update(time=datetime.now(UTC).isoformat())
-        strict = finite_or_none(line)
-        append_line(args.results_file, json.dumps(strict, allow_nan=False))
-        print(summary(strict, args.results_file, run_dir))
-
     if args.eval_checkpoint is not None:
-        # an evaluation has no run folder of its own: it reports the folder of the checkpoint it played
-        run_dir = Path(args.eval_checkpoint).parent
-        line.update(mode="eval", run_name=run_dir.name, checkpoint=args.eval_checkpoint)
-        try:
-            line["env_id"], steps, sps, returns = evaluate(args, device)
-        except KeyboardInterrupt:
-            finish("interrupted", 0, 0.0, [], {}, "interrupted")
-            sys.exit(130)
-        except Exception as err:
-            finish("error", 0, 0.0, [], {}, f"{type(err).__name__}: {err}")
-            raise
-        finish("ok", steps, sps, returns, {})
-        return
+        return evaluate(args, device)
 
-    args.batch_size = int(args.num_envs * args.num_steps)
-    args.minibatch_size = int(args.batch_size // args.num_minibatches)
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            config=vars(args),
-            name=run_name,
-            sync_tensorboard=False,
-        )
-
-    global_step, episodic_returns, losses, marks = 0, [], {}, []
-    run_dir.mkdir(parents=True, exist_ok=True)
-    try:
+    with bk.Run(__file__, args, device) as run:
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
         agent = Agent(envs.action_space.n).to(device)
         # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam updates every parameter
-        # in one multi-tensor kernel and keeps its step counts on the device (2-core CPU: 1.3-4 ms a step against
-        # 20 ms for the default per-parameter loop). torch.compile does not trace into it: under --compile it runs as
-        # the same eager kernel between two graphs, which measured faster on CPU than the compiled unfused Adam (4-9
-        # ms) and compiles 14 s sooner. capturable: a CUDA graph may replay the step without torch.compile (which
-        # sets this itself)
+        # in one multi-tensor kernel and keeps its step counts on the device. torch.compile does not trace into it:
+        # under --compile it runs as the same eager kernel between two graphs, which measured faster on CPU than the
+        # compiled unfused Adam and compiles sooner. capturable: a CUDA graph may replay the step without
+        # torch.compile (which sets this itself)
         optimizer = optim.Adam(
             agent.parameters(),
             lr=torch.tensor(args.learning_rate, device=device),
@@ -545,14 +375,11 @@ def main(args):
             advantages_fn = CudaGraphModule(advantages_fn, warmup=3)
             update_step = CudaGraphModule(update_step, warmup=3)
 
-        curve = run_dir / "returns.csv"
-        curve.write_text("step,wall_s,return\n")
-        running_returns = np.zeros(args.num_envs)
-        recent = deque(maxlen=100)
+        # TRY NOT TO MODIFY: start the game
+        global_step = 0
+        running_returns = np.zeros(args.num_envs)  # each env's score in its current game
         obs[-1] = torch.as_tensor(envs.reset()[0], device=device)
-        marks.append((global_step, time.time()))
-        pbar = tqdm.tqdm(range(1, args.num_iterations + 1), desc=SCRIPT, mininterval=2.0)
-        for iteration in pbar:
+        for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -572,57 +399,31 @@ def main(args):
                 # trick: non_blocking host-to-device copies, two a step
                 obs[step + 1].copy_(torch.from_numpy(next_obs_np), non_blocking=True)
                 env_out[step + 1].copy_(staging, non_blocking=True)
+                # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
                 game_over = info["terminated"].astype(bool) | truncations
-                for episodic_return in game_returns(running_returns, info["reward"], game_over):
-                    episodic_returns.append(episodic_return)
-                    recent.append(episodic_return)
-                    append_line(curve, f"{global_step},{time.time() - start_time:.3f},{episodic_return}")
-                    if args.track:
-                        wandb.log({"charts/episodic_return": episodic_return}, step=global_step)
+                for episodic_return in bk.game_returns(running_returns, info["reward"], game_over):
+                    run.episode(global_step, episodic_return)
 
             # bootstrap value if not done
             advantages_fn()
 
             # Optimizing the policy and value network
             for _epoch in range(args.update_epochs):
-                # minibatch indices drawn on the device: no index upload per minibatch
+                # as a careful user writes CleanRL's shuffle: the minibatch indices are drawn on the device (no index
+                # upload per minibatch), from torch's generator, so the twin draws the very same minibatches
                 for mb_inds in torch.randperm(args.batch_size, device=device).split(args.minibatch_size):
                     out = update_step(mb_inds)
                 if args.target_kl is not None and out["approx_kl"] > args.target_kl:
                     break
             # trick: the losses come to the host once per iteration (not per minibatch), and are checked there
-            losses = dict(zip(out, torch.stack(list(out.values())).tolist()))
-            bad = first_non_finite(losses)
-            if bad:
-                raise Diverged(f"loss diverged at step {global_step}: {bad[0]}={bad[1]}")
+            losses = run.check_finite(global_step, out)
 
-            marks.append((global_step, time.time()))
-            sps = speed(marks, args.measure_burnin)
-            mean_return = np.mean(recent) if recent else float("nan")
-            pbar.set_postfix(sps=f"{sps:.0f}", ret=f"{mean_return:.1f}", refresh=False)
-            if args.track:
-                lr = optimizer.param_groups[0]["lr"]
-                logs = {f"losses/{name}": value for name, value in losses.items()}
-                wandb.log({"charts/SPS": sps, "charts/learning_rate": float(lr), **logs}, step=global_step)
+            run.tick(global_step)
+            logs = {f"losses/{name}": value for name, value in losses.items()}
+            run.report(global_step, {"charts/learning_rate": optimizer.param_groups[0]["lr"], **logs})
         envs.close()
         if args.save_model:
-            model_path = run_dir / f"{args.exp_name}.pt"
-            tmp_path = model_path.with_suffix(".pt.tmp")
-            torch.save({"args": asdict(args), "model": agent.state_dict()}, tmp_path)
-            os.replace(tmp_path, model_path)  # atomic: a reader never sees half a checkpoint
-            print(f"{SCRIPT}: model saved to {model_path}")
-    except (KeyboardInterrupt, Exception) as err:
-        status = {KeyboardInterrupt: "interrupted", Diverged: "diverged"}.get(type(err), "error")
-        message = str(err) or type(err).__name__
-        finish(status, global_step, speed(marks, args.measure_burnin), episodic_returns, losses, message)
-        if status == "interrupted":
-            sys.exit(130)
-        if status == "diverged":
-            print(f"{SCRIPT}: {message}", file=sys.stderr)
-            sys.exit(1)
-        raise
-
-    finish("ok", global_step, speed(marks, args.measure_burnin), episodic_returns, losses)
+            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=agent.state_dict())
 
 
 if __name__ == "__main__":

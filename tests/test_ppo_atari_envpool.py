@@ -23,6 +23,8 @@ from conftest import (
 )
 from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
 
+from leanrl import bookkeeping as bk
+
 EAGER, TWIN = "ppo_atari_envpool", "ppo_atari_envpool_torchcompile"
 SCRIPTS = (EAGER, TWIN)
 TINY = ("--num-envs", "2", "--num-steps", "16", "--measure-burnin", "1", "--total-timesteps")
@@ -262,15 +264,15 @@ def test_graph_breaks_of_the_twin_update_are_pytorchs_own(mods):
 # ---------------------------------------------------------------- episode accounting
 
 
-def test_game_returns_sum_raw_rewards_over_lives_and_reset_on_game_over(mods):
-    for name in SCRIPTS:
-        running = np.zeros(3)
-        game_returns = mods[name].game_returns
-        assert game_returns(running, np.array([1.0, 4.0, 0.0]), np.array([False, False, False])) == []
-        # a lost life (an episode end for learning) is no game over: the score goes on
-        assert game_returns(running, np.array([2.0, 0.0, 7.0]), np.array([False, True, False])) == [4.0]
-        assert game_returns(running, np.array([1.0, 1.0, 0.0]), np.array([True, False, True])) == [4.0, 7.0]
-        np.testing.assert_array_equal(running, [0.0, 1.0, 0.0])
+def test_game_returns_sum_raw_rewards_over_lives_and_reset_on_game_over():
+    # both scripts count their games with bk.game_returns (and the scripted env below runs each of them through it)
+    running = np.zeros(3)
+    game_returns = bk.game_returns
+    assert game_returns(running, np.array([1.0, 4.0, 0.0]), np.array([False, False, False])) == []
+    # a lost life (an episode end for learning) is no game over: the score goes on
+    assert game_returns(running, np.array([2.0, 0.0, 7.0]), np.array([False, True, False])) == [4.0]
+    assert game_returns(running, np.array([1.0, 1.0, 0.0]), np.array([True, False, True])) == [4.0, 7.0]
+    np.testing.assert_array_equal(running, [0.0, 1.0, 0.0])
 
 
 class ScriptedAtari:
@@ -456,6 +458,7 @@ BAD_INPUTS = [
     (("--num-steps", "-1"), "--num-steps"),
     (("--update-epochs", "0"), "--update-epochs"),
     (("--num-minibatches", "3"), "--num-minibatches"),
+    (("--learning-rate", "-1"), "--learning-rate"),
 ]
 
 
@@ -466,14 +469,31 @@ def test_bad_input_exits_2_with_one_line(mods, name, flags, flag, capsys, tmp_pa
     assert_main_exits_2_with_one_line(mods[name], name, args, flag, capsys, tmp_path)
 
 
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_a_results_file_that_cannot_be_written_exits_2_with_one_line(mods, name, where, capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    results = tmp_path if where == "a folder" else tmp_path / "file" / "results.jsonl"
+    with pytest.raises(SystemExit) as exit_info:
+        mods[name].main(mods[name].Args(cuda=False, results_file=str(results)))
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: --results-file {results}"), err
+    assert [path.name for path in tmp_path.iterdir()] == ["file"]  # nothing written: no run folder, no results line
+
+
 def test_atari_games_other_than_breakout_are_accepted(mods):
     for name in SCRIPTS:
-        mods[name].check_env_id("Pong-v5")  # no exit
+        mods[name].check_args(mods[name].Args(env_id="Pong-v5", cuda=False))  # no exit
 
 
 @pytest.mark.parametrize(
     "name,flags,flag",
-    [(TWIN, ("--cudagraphs",), "--cudagraphs"), (EAGER, ("--env-id", "HalfCheetah-v4"), "--env-id")],
+    [
+        (TWIN, ("--cudagraphs",), "--cudagraphs"),
+        (EAGER, ("--env-id", "HalfCheetah-v4"), "--env-id"),
+        (EAGER, ("--env-id", "CartPole-v1"), "--env-id"),  # gymnasium warns as envpool makes its spaces: silenced
+    ],
 )
 def test_bad_input_from_the_command_line(name, flags, flag, tmp_path):
     proc, lines = run_script(name, *TINY, "64", *flags, tmp_path=tmp_path)

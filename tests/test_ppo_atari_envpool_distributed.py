@@ -293,7 +293,9 @@ def test_a_dead_or_hung_rank_ends_the_run_with_an_error_line(how, tmp_path):
     launcher = torchrun(*TINY[:-4], *budget, tmp_path=tmp_path, wait=False)
     try:
         deadline = time.time() + 120
-        while not list(tmp_path.glob("*/returns.csv")):  # rank 0 is past the weight broadcast, into the rollouts
+        # rank 0 is past the weight broadcast, into the rollouts: a game of its envs ended (the curve is made when the
+        # run starts, before the ranks join; its first row comes from the rollouts)
+        while not [curve for curve in tmp_path.glob("*/returns.csv") if len(curve.read_text().splitlines()) > 1]:
             assert launcher.poll() is None and time.time() < deadline, launcher.communicate()
             time.sleep(0.2)
         time.sleep(1.0)
@@ -340,6 +342,13 @@ def dist_module():
         (dict(backend="mpi"), 2, "--backend 'mpi' is not available on this machine"),
         (dict(cudagraphs=True), 2, "--cudagraphs needs CUDA, and none is available"),
         (dict(num_envs=4, num_minibatches=3, num_steps=16), 2, "does not divide the batch of 32 steps per rank"),
+        (dict(learning_rate=-1.0), 2, "--learning-rate must be positive, got -1.0"),
+        (dict(results_file="."), 2, "--results-file . is a folder, not a file"),
+        (
+            dict(results_file=str(ROOT / "README.md" / "results.jsonl")),
+            2,
+            f"{ROOT / 'README.md'} is a file, not a folder",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line_from_rank_0(dist_module, flags, world_size, message, monkeypatch, capsys):
