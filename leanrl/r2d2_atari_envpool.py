@@ -9,17 +9,9 @@ Run: python leanrl/r2d2_atari_envpool.py --env-id Breakout-v5 --total-timesteps 
 Memory task (only the LSTM can solve it): python leanrl/r2d2_atari_envpool.py --env-id CartPole-v1 --mask-velocity
 """
 
-import json
-import math
-import os
-import platform
 import random
-import sys
-import time
 import warnings
-from collections import deque
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 
 import envpool
@@ -28,10 +20,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-import tqdm
 import tyro
 
-SCRIPT = Path(__file__).name
+from leanrl import bookkeeping as bk
+
 STACK = 4  # frames per Atari observation
 CARTPOLE_POSITIONS = [0, 2]  # cart position and pole angle; --mask-velocity hides the two velocities
 
@@ -118,15 +110,6 @@ class Args:
     """env steps (all envs together) per gradient step: 4 samples per inserted 40-step sequence, as in Acme"""
 
 
-def fail(msg):
-    """Bad input: one line on stderr, exit code 2, no traceback and no results line."""
-    print(f"{SCRIPT}: error: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-# ---------------------------------------------------------------- envs
-
-
 def is_atari(obs_space):
     return obs_space.shape == (STACK, 84, 84) and obs_space.dtype == np.uint8
 
@@ -138,33 +121,13 @@ def spaces(env_id):
         return spec.observation_space, spec.action_space
 
 
-def check_env_id(env_id):
-    """Accept an envpool task with discrete actions and either stacked 84x84 frames (Atari) or a flat vector."""
-    if env_id not in envpool.list_all_envs():
-        fail(f"--env-id {env_id!r} is not an envpool task (Atari games look like 'Breakout-v5', or 'CartPole-v1')")
-    try:
-        obs_space, act_space = spaces(env_id)
-        ok = isinstance(act_space, gym.spaces.Discrete) and (is_atari(obs_space) or len(obs_space.shape) == 1)
-    except Exception:
-        ok = False
-    if not ok:
-        fail(f"--env-id {env_id!r} has no discrete actions with Atari frames or a flat observation vector")
-
-
 def make_env(env_id, num_envs, seed):
     """envpool: Atari as R2D2 plays it (full action set, 30 no-ops, no sticky actions, no life loss, raw rewards)."""
     if is_atari(spaces(env_id)[0]):
         return envpool.make(
-            env_id,
-            env_type="gym",
-            num_envs=num_envs,
-            seed=seed,
-            episodic_life=False,
-            reward_clip=False,
-            noop_max=30,
-            full_action_space=True,
-            repeat_action_probability=0.0,
-        )
+            env_id, env_type="gym", num_envs=num_envs, seed=seed, episodic_life=False, reward_clip=False, noop_max=30,
+            full_action_space=True, repeat_action_probability=0.0,
+        )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return envpool.make(env_id, env_type="gym", num_envs=num_envs, seed=seed)
@@ -173,154 +136,6 @@ def make_env(env_id, num_envs, seed):
 def observe(obs, mask_velocity):
     """What the agent sees: the Atari stack as is; the CartPole vector without its velocities if asked."""
     return obs[:, CARTPOLE_POSITIONS] if mask_velocity else obs
-
-
-def actor_epsilons(num_envs, base, alpha):
-    """Ape-X's fixed per-actor exploration: env i explores with base^(1 + alpha i / (N - 1))."""
-    i = torch.arange(num_envs, dtype=torch.float64)
-    return (base ** (1 + alpha * i / max(num_envs - 1, 1))).float()
-
-
-# ---------------------------------------------------------------- plumbing (a reader can skip this part)
-
-
-def machine():
-    """The hardware fields of the results line."""
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch": torch.__version__}
-
-
-def append_line(path, text):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(text + "\n")
-
-
-def finite_or_none(value):
-    """Strict JSON: a non-finite number becomes null (nested dicts and lists too)."""
-    if isinstance(value, dict):
-        return {key: finite_or_none(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite_or_none(item) for item in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def summary(status, steps, sps, mean_return, episodes, results_file, run_dir):
-    """The one line a run prints when it ends."""
-    sps_text = f"{sps:.0f}" if sps else "n/a"
-    ret_text = f"{mean_return:.1f}" if mean_return is not None else "n/a"
-    return (
-        f"{SCRIPT}: {status}: {steps} steps, {sps_text} steps/s, mean return {ret_text} over {episodes} episodes; "
-        f"results: {results_file}, run folder: {run_dir}"
-    )
-
-
-def available_memory(device):
-    """Free bytes on the device: the GPU's free memory, or the host's MemAvailable."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
-    except (OSError, StopIteration):
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
-def frame_shape_of(env_id, mask_velocity):
-    """The shape and dtype of one stored frame: the newest 84x84 Atari frame, or the whole observation vector."""
-    space = spaces(env_id)[0]
-    if is_atari(space):
-        return (84, 84), torch.uint8
-    return (len(CARTPOLE_POSITIONS) if mask_velocity else space.shape[0],), torch.float32
-
-
-def buffer_device(args, device):
-    """--buffer-device, or by default the training device where the replay memory fits (2 GiB left over)."""
-    frame_shape, dtype = frame_shape_of(args.env_id, args.mask_velocity)
-    period = args.seq_len - args.overlap
-    need = store_bytes(args.num_envs, args.buffer_size, period, args.hidden_size, frame_shape, dtype)
-    if args.buffer_device is None:
-        if device.type == "cuda" and need + 2 * 2**30 < available_memory(device):
-            return device
-        chosen = torch.device("cpu")
-    else:
-        chosen = torch.device(args.buffer_device)
-    if need > available_memory(chosen):
-        fail(
-            f"--buffer-size {args.buffer_size} needs {need / 2**30:.1f} GiB of replay memory, "
-            f"more than the {available_memory(chosen) / 2**30:.1f} GiB free on {chosen.type}"
-        )
-    return chosen
-
-
-def check_args(args):
-    """Every bad input is refused here, before any training."""
-    if args.buffer_device not in (None, "cpu", "cuda"):
-        fail(f"--buffer-device must be cpu or cuda, got {args.buffer_device!r}")
-    if args.buffer_device == "cuda" and not (torch.cuda.is_available() and args.cuda):
-        fail("--buffer-device cuda needs CUDA, and none is available")
-    if args.eval_checkpoint is not None:
-        if not Path(args.eval_checkpoint).is_file():
-            fail(f"--eval-checkpoint {args.eval_checkpoint!r}: no such file")
-        if args.eval_episodes <= 0:
-            fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
-        return
-    positive = ("num_envs", "total_timesteps", "buffer_size", "batch_size", "hidden_size", "seq_len", "n_step")
-    for flag in positive + ("train_frequency", "target_network_frequency"):
-        if getattr(args, flag) <= 0:
-            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    for flag in ("burn_in", "overlap", "learning_starts", "measure_burnin"):
-        if getattr(args, flag) < 0:
-            fail(f"--{flag.replace('_', '-')} must not be negative, got {getattr(args, flag)}")
-    if args.overlap >= args.seq_len:
-        fail(f"--overlap {args.overlap} must be smaller than --seq-len {args.seq_len}")
-    if args.seq_len < 2:
-        fail(f"--seq-len must be at least 2 (the last step only bootstraps), got {args.seq_len}")
-    if not 0.0 < args.gamma <= 1.0:
-        fail(f"--gamma must be in (0, 1], got {args.gamma}")
-    check_env_id(args.env_id)
-    if args.mask_velocity and args.env_id != "CartPole-v1":
-        fail(f"--mask-velocity hides CartPole-v1's velocities; --env-id is {args.env_id!r}")
-    if args.total_timesteps < args.num_envs:
-        fail(f"--total-timesteps {args.total_timesteps} is smaller than one iteration (--num-envs {args.num_envs})")
-    length, period = args.burn_in + args.seq_len, args.seq_len - args.overlap
-    per_env = args.buffer_size // args.num_envs // period * period
-    if per_env < length + STACK:
-        fail(
-            f"--buffer-size {args.buffer_size} holds {per_env} frames per env, fewer than one sequence needs "
-            f"(--burn-in + --seq-len + {STACK} = {length + STACK}, times --num-envs {args.num_envs})"
-        )
-    if args.batch_size > args.num_envs * (per_env // period):
-        fail(
-            f"--batch-size {args.batch_size} is larger than the buffer's {args.num_envs * (per_env // period)} "
-            f"sequences (--buffer-size {args.buffer_size})"
-        )
-    if args.learning_starts < length * args.num_envs:
-        fail(
-            f"--learning-starts {args.learning_starts} comes before the first whole sequence: it must be at least "
-            f"(--burn-in + --seq-len) * --num-envs = {length * args.num_envs}"
-        )
-    steps = args.total_timesteps // args.num_envs * args.num_envs
-    if first_update_step(args.learning_starts, args.train_frequency) >= steps:
-        fail(
-            f"--learning-starts {args.learning_starts} leaves no gradient step in the {steps} steps (--total-timesteps)"
-        )
-
-
-def first_update_step(learning_starts, train_frequency):
-    """Gradient steps fall on the env steps s >= learning_starts with s % train_frequency == 0; this is the first."""
-    return -(-learning_starts // train_frequency) * train_frequency
-
-
-# ---------------------------------------------------------------- the network
 
 
 class QNetwork(nn.Module):
@@ -332,16 +147,11 @@ class QNetwork(nn.Module):
         self.image = len(obs_shape) == 3
         if self.image:
             self.torso = nn.Sequential(
-                nn.Conv2d(obs_shape[0], 32, 8, stride=4),
-                nn.ReLU(),
-                nn.Conv2d(32, 64, 4, stride=2),
-                nn.ReLU(),
-                nn.Conv2d(64, 64, 3, stride=1),
-                nn.ReLU(),
-                nn.Flatten(),
-                nn.Linear(3136, hidden_size),
-                nn.ReLU(),
-            )
+                nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
+                nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+                nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+                nn.Flatten(), nn.Linear(3136, hidden_size), nn.ReLU(),
+            )  # fmt: skip
         else:
             self.torso = nn.Sequential(
                 nn.Linear(obs_shape[0], hidden_size), nn.ReLU(), nn.Linear(hidden_size, hidden_size), nn.ReLU()
@@ -353,23 +163,15 @@ class QNetwork(nn.Module):
         )
 
     def forward(self, obs, prev_actions, prev_rewards, first, state):
-        """Q-values (T, B, A) of T steps of B streams from the recurrent state (h, c) before the first step.
-
-        Where first[t] is set (an episode begins) the state, previous action and previous reward are zeroed.
-        """
+        """Q-values (T, B, A) of T steps of B streams from the recurrent state (h, c) before the first step; where
+        first[t] is set (an episode begins) the state, previous action and previous reward are zeroed."""
         T, B = first.shape
         x = obs.flatten(0, 1).float()
         if self.image:
             x = x / 255.0
         keep = (~first).float()[..., None]
-        inputs = torch.cat(
-            [
-                self.torso(x).view(T, B, -1),
-                (prev_actions[..., None] == self.actions).float() * keep,  # one-hot
-                prev_rewards[..., None] * keep,
-            ],
-            dim=-1,
-        )
+        one_hot = (prev_actions[..., None] == self.actions).float()
+        inputs = torch.cat([self.torso(x).view(T, B, -1), one_hot * keep, prev_rewards[..., None] * keep], dim=-1)
         h, c = state
         outputs = []
         for t in range(T):
@@ -381,14 +183,9 @@ class QNetwork(nn.Module):
         return q_values, (h, c)
 
 
-# ---------------------------------------------------------------- the math
-
-
 def value_rescale(x, eps=1e-3):
-    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x: squashes large returns so that one network fits every game.
-
-    Written as x / (sqrt(|x| + 1) + 1) + eps x (the same, times the conjugate): no cancellation near 0 in float32.
-    """
+    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x: squashes large returns so that one network fits every game. Written
+    as x / (sqrt(|x| + 1) + 1) + eps x (the same, times the conjugate): no cancellation near 0 in float32."""
     return x / (torch.sqrt(x.abs() + 1) + 1) + eps * x
 
 
@@ -405,11 +202,11 @@ def inverse_value_rescale(y, eps=1e-3):
     return torch.sign(y) * s_minus_1 * (s_minus_1 + 2)
 
 
-def nstep_double_q_targets(q_online, q_target, rewards, terminated, truncated, first, gamma, n_step, eps):
+def nstep_double_q_targets(rewards, q_online, q_target, terminations, truncations, first, gamma, n_step, eps):
     """R2D2's n-step double-Q targets with value rescaling over a sequence, time-major.
 
-    q_online, q_target: (T, B, A) Q-values of the T learned steps; rewards, terminated, truncated: (T, B) of the step
-    taken at each of them; first: (T, B), the step's observation began an episode. For t < T - 1:
+    rewards, terminations, truncations: (T, B) of the step taken at each of the T learned steps; q_online, q_target:
+    (T, B, A) their Q-values; first: (T, B), the step's observation began an episode. For t < T - 1:
 
         y_t = h( sum_{i<k} gamma^i r_{t+i} + gamma^k h^-1( Q_target(s_{t+k}, argmax_a Q_online(s_{t+k}, a)) ) )
 
@@ -422,7 +219,7 @@ def nstep_double_q_targets(q_online, q_target, rewards, terminated, truncated, f
     values = inverse_value_rescale(q_target.gather(-1, best).squeeze(-1), eps)  # (T, B)
     pad = lambda x, fill: torch.cat([x, torch.full((n_step,) + x.shape[1:], fill, dtype=x.dtype, device=x.device)])
     rewards, values = pad(rewards[: T - 1], 0.0), pad(values[1:], 0.0)  # row t + i: the step t + i, the obs t + i + 1
-    terminated, done = pad(terminated[: T - 1], True), pad((terminated | truncated)[: T - 1], True)
+    terminations, ends = pad(terminations[: T - 1], True), pad((terminations | truncations)[: T - 1], True)
     returns = torch.zeros(T - 1, B, dtype=rewards.dtype, device=rewards.device)
     discount = torch.ones_like(returns)
     running = torch.ones(T - 1, B, dtype=torch.bool, device=rewards.device)
@@ -430,8 +227,8 @@ def nstep_double_q_targets(q_online, q_target, rewards, terminated, truncated, f
     for i in range(n_step):
         returns = returns + torch.where(running, discount * rewards[i : i + T - 1], 0.0)
         discount = discount * gamma
-        stop = running & (done[i : i + T - 1] | last[:, i : i + 1] | (i == n_step - 1))
-        bootstrap = stop & ~terminated[i : i + T - 1]
+        stop = running & (ends[i : i + T - 1] | last[:, i : i + 1] | (i == n_step - 1))
+        bootstrap = stop & ~terminations[i : i + T - 1]
         returns = returns + torch.where(bootstrap, discount * values[i : i + T - 1], 0.0)
         running = running & ~stop
     return value_rescale(returns, eps), ~first[1:]
@@ -444,17 +241,17 @@ def priority_mix(abs_td, valid, eta):
     return eta * abs_td.max(dim=0).values + (1 - eta) * mean
 
 
+def actor_epsilons(num_envs, base, alpha):
+    """Ape-X's fixed per-actor exploration: env i explores with base^(1 + alpha i / (N - 1))."""
+    i = torch.arange(num_envs, dtype=torch.float64)
+    return (base ** (1 + alpha * i / max(num_envs - 1, 1))).float()
+
+
 # ---------------------------------------------------------------- prioritized replay: a sum tree in one tensor
 # tree[1] is the root, node i has the children 2i and 2i + 1, the leaves (priority^alpha per sequence slot) sit at
 # [C, 2C), C a power of two. Every operation is a fixed number of tensor ops: no host sync, no data-dependent shape.
-# Why a tree and not stratified draws over a cumulative sum: one sample + one priority update of 64 slots, in us,
-# compiled as the twin runs them, eager in brackets (shared 2-core AMD EPYC, torch 2.13 CPU, OMP_NUM_THREADS=1
-# `python benchmarks/replay.py --only samplers --threads 1 --budget 1`; benchmarks/results/replay_cpu_samplers.md):
-#   slots        1e4          1e5           1e6
-#   sum tree     78 (732)     98 (811)      123 (925)
-#   cumsum       63 (78)      164 (150)     1192 (1079)
-# The cumulative sum is faster at 1e4 but reads every slot per draw (linear in the capacity); the tree walks
-# log2(capacity) levels and is faster from 1e5 on, so the tree is kept.
+# Why a tree and not stratified draws over a cumulative sum: the cumulative sum reads every slot per draw (linear in
+# the capacity), the tree walks log2(capacity) levels (`python benchmarks/replay.py --only samplers` compares them).
 
 
 def new_sum_tree(capacity, device="cpu"):
@@ -464,9 +261,7 @@ def new_sum_tree(capacity, device="cpu"):
 
 def tree_update(tree, index, value):
     """Set the leaves of the slots `index` (B,) to `value` (B,), then recompute their ancestors level by level.
-
-    A repeated index is safe: every write to a parent stores the sum of its two children as they are now.
-    """
+    A repeated index is safe: every write to a parent stores the sum of its two children as they are now."""
     leaves = tree.shape[0] // 2
     node = index + leaves
     tree.index_put_((node,), value)
@@ -495,7 +290,7 @@ def tree_sample(tree, batch_size, beta):
 # ---------------------------------------------------------------- the sequence store
 # Per env a ring of R frames (R a multiple of the period P = seq_len - overlap). The env's a-th observation (a = 0 is
 # the first reset) has its newest frame in slot a % R and first[a % R] says it began an episode; the step taken there
-# keeps its action, reward, terminated and truncated flags in slot a % R. A sequence is the L = burn_in + seq_len
+# keeps its action, reward, termination and truncation flags in slot a % R. A sequence is the L = burn_in + seq_len
 # observations from a start position p, a multiple of P: it occupies sequence slot env * S + (p // P) % S (S = R / P),
 # which keeps p and the LSTM state the actor had before observation p. It can be sampled (its leaf is non-zero) from
 # when its last frame is written until the write that overwrites frame p - 3 (the oldest its stacks read).
@@ -504,15 +299,14 @@ def tree_sample(tree, batch_size, beta):
 def new_store(num_envs, capacity, period, hidden_size, frame_shape=(84, 84), dtype=torch.uint8, device="cpu"):
     """Preallocate the replay memory of `capacity` frames (capacity // num_envs per env, rounded to the period)."""
     slots = capacity // num_envs // period * period
-    shape = (num_envs, slots)
-    sequences = num_envs * slots // period
+    shape, sequences = (num_envs, slots), num_envs * slots // period
     return dict(
         frames=torch.zeros(shape + tuple(frame_shape), dtype=dtype, device=device),
         first=torch.zeros(shape, dtype=torch.bool, device=device),
         actions=torch.zeros(shape, dtype=torch.long, device=device),
         rewards=torch.zeros(shape, dtype=torch.float32, device=device),
-        terminated=torch.zeros(shape, dtype=torch.bool, device=device),
-        truncated=torch.zeros(shape, dtype=torch.bool, device=device),
+        terminations=torch.zeros(shape, dtype=torch.bool, device=device),
+        truncations=torch.zeros(shape, dtype=torch.bool, device=device),
         starts=torch.zeros(sequences, dtype=torch.long, device=device),
         h=torch.zeros(sequences, hidden_size, device=device),
         c=torch.zeros(sequences, hidden_size, device=device),
@@ -523,27 +317,21 @@ def new_store(num_envs, capacity, period, hidden_size, frame_shape=(84, 84), dty
 
 
 def store_bytes(num_envs, capacity, period, hidden_size, frame_shape=(84, 84), dtype=torch.uint8):
-    """What new_store allocates, in bytes."""
-    slots = capacity // num_envs // period * period
-    sequences = num_envs * slots // period
-    per_frame = math.prod(frame_shape) * dtype.itemsize + 1 + 8 + 4 + 1 + 1
-    tree = 2 * (1 << max(sequences - 1, 1).bit_length()) * 4
-    return num_envs * slots * per_frame + sequences * (8 + 8 * hidden_size) + tree + 4 + 8
+    """What new_store allocates, in bytes (its shapes on the meta device: nothing is allocated)."""
+    store = new_store(num_envs, capacity, period, hidden_size, frame_shape, dtype, device="meta")
+    return sum(t.nbytes for t in store.values())
 
 
-def store_add(store, frames, first, actions, rewards, terminated, truncated):
+def store_add(store, frames, first, actions, rewards, terminations, truncations):
     """Append one step of every env: the newest frame of each next obs, whether it began an episode (num_envs,),
-    and the action, reward, terminated and truncated flags of the step that led there (num_envs,) each.
-
-    The very first call stores the reset frames (first all True); its step data land in a slot written again
-    before any sequence reads it.
-    """
+    and the action, reward, termination and truncation flags of the step that led there (num_envs,) each. The very
+    first call stores the reset frames (first all True); its step data land in a slot rewritten before any read."""
     slots = store["frames"].shape[1]
     n = int(store["count"])
     store["actions"][:, (n - 1) % slots] = actions
     store["rewards"][:, (n - 1) % slots] = rewards
-    store["terminated"][:, (n - 1) % slots] = terminated
-    store["truncated"][:, (n - 1) % slots] = truncated
+    store["terminations"][:, (n - 1) % slots] = terminations
+    store["truncations"][:, (n - 1) % slots] = truncations
     store["frames"][:, n % slots] = frames
     store["first"][:, n % slots] = first
     store["count"] += 1
@@ -590,12 +378,8 @@ def sample_sequences(store, index, length):
         obs=stack_frames(store, env, pos, stack),
         prev_actions=store["actions"][env, before],
         prev_rewards=store["rewards"][env, before],
-        first=store["first"][env, at],
-        actions=store["actions"][env, at],
-        rewards=store["rewards"][env, at],
-        terminated=store["terminated"][env, at],
-        truncated=store["truncated"][env, at],
     )
+    batch |= {key: store[key][env, at] for key in ("first", "actions", "rewards", "terminations", "truncations")}
     batch = {key: value.transpose(0, 1) for key, value in batch.items()}
     return batch | dict(h=store["h"][index], c=store["c"][index])
 
@@ -620,18 +404,14 @@ def update_priorities(store, index, priorities, alpha):
     store["max_priority"].copy_(torch.maximum(store["max_priority"], priorities.max().to(store["tree"].device)))
 
 
-# ---------------------------------------------------------------- learning
-
-
 def part(batch, start, stop):
     """The network's inputs for the steps [start, stop) of a batch."""
     keys = ("obs", "prev_actions", "prev_rewards", "first")
     return tuple(batch[key][start:stop] for key in keys)
 
 
-def learn(q_network, target_network, optimizer, batch, weights, args):
+def update(q_network, target_network, optimizer, batch, weights, burn_in, gamma, n_step, eps, max_grad_norm, eta):
     """One gradient step on a batch of sequences; returns the detached losses and the sequences' new priorities."""
-    burn_in = args.burn_in
     state = (batch["h"], batch["c"])
     with torch.no_grad():
         # burn-in: unroll the stored state through the first steps, for both networks, without learning from them
@@ -641,80 +421,130 @@ def learn(q_network, target_network, optimizer, batch, weights, args):
             _, target_state = target_network(*part(batch, 0, burn_in), state)
         q_target, _ = target_network(*part(batch, burn_in, None), target_state)
     q_values, _ = q_network(*part(batch, burn_in, None), online_state)
-    learned = {key: batch[key][burn_in:] for key in ("rewards", "terminated", "truncated", "first")}
+    learned = {key: batch[key][burn_in:] for key in ("rewards", "terminations", "truncations", "first")}
     with torch.no_grad():
         targets, valid = nstep_double_q_targets(
-            q_values.detach(),
-            q_target,
-            learned["rewards"],
-            learned["terminated"],
-            learned["truncated"],
-            learned["first"],
-            args.gamma,
-            args.n_step,
-            args.value_rescale_eps,
-        )
+            learned["rewards"], q_values.detach(), q_target, learned["terminations"], learned["truncations"],
+            learned["first"], gamma, n_step, eps,
+        )  # fmt: skip
     taken = q_values[:-1].gather(-1, batch["actions"][burn_in:-1, :, None]).squeeze(-1)
     td = targets - taken
     loss = (weights * (0.5 * td.square() * valid).sum(dim=0)).mean()
     optimizer.zero_grad()
     loss.backward()
-    nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+    nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
     optimizer.step()
-    priorities = priority_mix(td.detach().abs(), valid, args.priority_eta)
+    priorities = priority_mix(td.detach().abs(), valid, eta)
     return dict(loss=loss.detach(), q_values=taken.detach().mean()), priorities
 
 
-class Diverged(Exception):
-    pass
+def check_env_id(env_id):
+    """An envpool Atari game, or a classic-control task with discrete actions and a flat observation vector."""
+    try:
+        obs_space, act_space = spaces(env_id)
+        if len(obs_space.shape) == 1 and isinstance(act_space, gym.spaces.Discrete):
+            return  # CartPole-v1, Acrobot-v1...: the small tests' tasks
+    except Exception:
+        pass  # not an envpool task: check_atari_env says so
+    bk.check_atari_env(__file__, env_id)
 
 
-def first_non_finite(losses):
-    return next(((name, value) for name, value in losses.items() if not math.isfinite(value)), None)
+def frame_shape_of(env_id, mask_velocity):
+    """The shape and dtype of one stored frame: the newest 84x84 Atari frame, or the whole observation vector."""
+    space = spaces(env_id)[0]
+    if is_atari(space):
+        return (84, 84), torch.uint8
+    return (len(CARTPOLE_POSITIONS) if mask_velocity else space.shape[0],), torch.float32
+
+
+def buffer_device(args, device):
+    """--buffer-device, or by default the training device where the replay memory fits (2 GiB left over)."""
+    frame_shape, dtype = frame_shape_of(args.env_id, args.mask_velocity)
+    period = args.seq_len - args.overlap
+    need = store_bytes(args.num_envs, args.buffer_size, period, args.hidden_size, frame_shape, dtype)
+    chosen = torch.device(args.buffer_device or "cpu")
+    if args.buffer_device is None and device.type == "cuda" and need + 2 * 2**30 < torch.cuda.mem_get_info(device)[0]:
+        chosen = device
+    bk.check_memory(__file__, f"--buffer-size {args.buffer_size}", need, chosen)
+    return chosen
+
+
+def check_args(args):
+    """Reject bad input before any training."""
+    if args.buffer_device not in (None, "cpu", "cuda"):
+        bk.fail(__file__, f"--buffer-device must be cpu or cuda, got {args.buffer_device!r}")
+    if args.buffer_device == "cuda" and not (torch.cuda.is_available() and args.cuda):
+        bk.fail(__file__, "--buffer-device cuda needs CUDA, and none is available")
+    positive = ("num_envs", "total_timesteps", "buffer_size", "batch_size", "hidden_size", "seq_len", "n_step")
+    bk.check_flags(__file__, args, positive + ("train_frequency", "target_network_frequency"))
+    if args.eval_checkpoint is not None:
+        return
+    for flag in ("burn_in", "overlap", "learning_starts"):
+        if getattr(args, flag) < 0:
+            bk.fail(__file__, f"--{flag.replace('_', '-')} must not be negative, got {getattr(args, flag)}")
+    if args.overlap >= args.seq_len:
+        bk.fail(__file__, f"--overlap {args.overlap} must be smaller than --seq-len {args.seq_len}")
+    if args.seq_len < 2:
+        bk.fail(__file__, f"--seq-len must be at least 2 (the last step only bootstraps), got {args.seq_len}")
+    if not 0.0 < args.gamma <= 1.0:
+        bk.fail(__file__, f"--gamma must be in (0, 1], got {args.gamma}")
+    check_env_id(args.env_id)
+    if args.mask_velocity and args.env_id != "CartPole-v1":
+        bk.fail(__file__, f"--mask-velocity hides CartPole-v1's velocities; --env-id is {args.env_id!r}")
+    if args.total_timesteps < args.num_envs:
+        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one iteration (--num-envs)")
+    length, period = args.burn_in + args.seq_len, args.seq_len - args.overlap
+    per_env = args.buffer_size // args.num_envs // period * period
+    if per_env < length + STACK:
+        bk.fail(__file__, f"--buffer-size {args.buffer_size} holds {per_env} frames per env (of --num-envs), fewer "
+                f"than one sequence needs (--burn-in + --seq-len + {STACK} = {length + STACK})")  # fmt: skip
+    if args.batch_size > args.num_envs * (per_env // period):
+        bk.fail(__file__, f"--batch-size {args.batch_size} is larger than the buffer's "
+                f"{args.num_envs * (per_env // period)} sequences (--buffer-size {args.buffer_size})")  # fmt: skip
+    if args.learning_starts < length * args.num_envs:
+        bk.fail(__file__, f"--learning-starts {args.learning_starts} comes before the first whole sequence: it must "
+                f"be at least (--burn-in + --seq-len) * --num-envs = {length * args.num_envs}")  # fmt: skip
+    steps = args.total_timesteps // args.num_envs * args.num_envs
+    # gradient steps fall on the env steps s >= learning_starts with s % train_frequency == 0
+    if -(-args.learning_starts // args.train_frequency) * args.train_frequency >= steps:
+        bk.fail(__file__, f"--learning-starts {args.learning_starts} leaves no gradient step in the {steps} steps "
+                "(--total-timesteps)")  # fmt: skip
 
 
 def evaluate(args, device):
     """Play --eval-episodes full episodes with a checkpoint, epsilon-greedy at --eval-epsilon."""
-    checkpoint = torch.load(args.eval_checkpoint, map_location=device)
+    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
     train_args = checkpoint["args"]
-    num_envs = train_args["num_envs"]
-    envs = make_env(train_args["env_id"], num_envs, args.seed)
-    obs = observe(envs.reset()[0], train_args["mask_velocity"])
-    q_network = QNetwork(obs.shape[1:], envs.action_space.n, train_args["hidden_size"]).to(device)
-    q_network.load_state_dict(checkpoint["model"])
-    state = tuple(torch.zeros(num_envs, train_args["hidden_size"], device=device) for _ in range(2))
-    prev_actions, prev_rewards = torch.zeros(num_envs, dtype=torch.long), torch.zeros(num_envs)
-    first = torch.ones(num_envs, dtype=torch.bool)
-    returns, steps, running = [], 0, np.zeros(num_envs)
-    start = time.time()
-    while len(returns) < args.eval_episodes:
-        with torch.no_grad():
-            inputs = [torch.as_tensor(x, device=device)[None] for x in (obs, prev_actions, prev_rewards, first)]
-            q_values, state = q_network(*inputs, state)
-        actions = q_values[0].argmax(dim=1).cpu().numpy()
-        explore = np.random.random(num_envs) < args.eval_epsilon
-        actions = np.where(explore, np.random.randint(envs.action_space.n, size=num_envs), actions)
-        next_obs, rewards, terminations, truncations, info = envs.step(actions)
-        steps += num_envs
-        running += rewards
-        done = terminations | truncations
-        returns += running[done].tolist()
-        running[done] = 0.0
-        obs, first = observe(next_obs, train_args["mask_velocity"]), torch.as_tensor(info["elapsed_step"] == 0)
-        prev_actions, prev_rewards = torch.as_tensor(actions), torch.as_tensor(rewards, dtype=torch.float32)
-    envs.close()
-    returns = returns[: args.eval_episodes]
-    wall_s = time.time() - start
-    print(f"{SCRIPT}: {len(returns)} episodes, mean return {np.mean(returns):.2f}")
-    return train_args["env_id"], steps, steps / max(wall_s, 1e-9), returns
+    args.env_id, num_envs, mask = train_args["env_id"], train_args["num_envs"], train_args["mask_velocity"]
+    with bk.Run(__file__, args, device, mode="eval") as run:
+        envs = make_env(args.env_id, num_envs, args.seed)
+        obs_shape = observe(np.zeros((1, *envs.observation_space.shape)), mask).shape[1:]
+        q_network = QNetwork(obs_shape, envs.action_space.n, train_args["hidden_size"]).to(device)
+        q_network.load_state_dict(checkpoint["model"])
+        # what the LSTM carries from one step to the next: its state, the previous action and reward, episode starts
+        memory = dict(state=tuple(torch.zeros(num_envs, train_args["hidden_size"], device=device) for _ in range(2)))
+        memory |= dict(actions=np.zeros(num_envs, np.int64), rewards=np.zeros(num_envs, np.float32))
+        memory["first"], running_returns = np.ones(num_envs, dtype=bool), np.zeros(num_envs)
+
+        def act(obs):
+            with torch.no_grad():
+                inputs = (observe(obs, mask), memory["actions"], memory["rewards"], memory["first"])
+                inputs = [torch.as_tensor(x, device=device)[None] for x in inputs]
+                q_values, memory["state"] = q_network(*inputs, memory["state"])
+            actions = q_values[0].argmax(dim=1).cpu().numpy()
+            explore = np.random.random(num_envs) < args.eval_epsilon
+            memory["actions"] = np.where(explore, np.random.randint(envs.action_space.n, size=num_envs), actions)
+            return memory["actions"]
+
+        def episodes_of(rewards, terminations, truncations, infos):
+            memory["rewards"], memory["first"] = rewards.astype(np.float32), infos["elapsed_step"] == 0
+            return bk.game_returns(running_returns, rewards, terminations | truncations)
+
+        run.play(envs, act, episodes_of, args.eval_episodes)
 
 
 def main(args):
     check_args(args)
-    start_time = time.time()
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(start_time)}"
-    run_dir = Path(args.results_file).parent / run_name
-
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -722,73 +552,17 @@ def main(args):
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    line = dict(
-        script=SCRIPT,
-        env_id=args.env_id,
-        seed=args.seed,
-        compile=getattr(args, "compile", False),
-        cudagraphs=getattr(args, "cudagraphs", False),
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        **machine(),
-        run_name=run_name,
-        total_timesteps=args.total_timesteps,
-        mode="train",
-    )
-
-    def finish(status, steps, sps, returns, losses, message=None, folder=run_dir):
-        mean_return = float(np.mean(returns[-100:])) if returns else None
-        line.update(steps=steps, sps=sps, wall_s=time.time() - start_time, mean_return=mean_return)
-        line.update(episodes=len(returns), status=status, losses=losses, message=message)
-        line.update(time=datetime.now(UTC).isoformat())
-        append_line(args.results_file, json.dumps(finite_or_none(line), allow_nan=False))
-        print(summary(status, steps, sps, mean_return, len(returns), args.results_file, folder), flush=True)
-
     if args.eval_checkpoint is not None:
-        line["mode"] = "eval"
-        folder = Path(args.eval_checkpoint).parent
-        try:
-            line["env_id"], steps, sps, returns = evaluate(args, device)
-        except KeyboardInterrupt:
-            finish("interrupted", 0, 0.0, [], {}, "interrupted", folder)
-            sys.exit(130)
-        except Exception as err:
-            finish("error", 0, 0.0, [], {}, f"{type(err).__name__}: {err}", folder)
-            raise
-        finish("ok", steps, sps, returns, {}, folder=folder)
-        return
-
+        return evaluate(args, device)
     store_device = buffer_device(args, device)
-    line["buffer_device"] = store_device.type
     num_iterations = args.total_timesteps // args.num_envs
     length, period = args.burn_in + args.seq_len, args.seq_len - args.overlap
-    if args.track:
-        import wandb
 
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            config=vars(args),
-            name=run_name,
-            sync_tensorboard=False,
-        )
-
-    global_step, updates, episodic_returns, losses, out = 0, 0, [], {}, None
-    mark = (0, time.time())  # (steps, time) at the end of burn-in: steps/s counts from there
-    sps = lambda: (global_step - mark[0]) / max(time.time() - mark[1], 1e-9) if global_step > mark[0] else 0.0
-
-    def check(out):
-        """The losses come to the host every 100 iterations; a non-finite one stops the run."""
-        losses.update(zip(out, torch.stack(list(out.values())).tolist()))
-        bad = first_non_finite(losses)
-        if bad:
-            raise Diverged(f"loss diverged at step {global_step}: {bad[0]}={bad[1]}")
-
-    try:
+    with bk.Run(__file__, args, device, buffer_device=store_device.type) as run:
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
         n_actions = envs.action_space.n
-        obs, _ = envs.reset()
-        obs = observe(obs, args.mask_velocity)
+        obs = observe(envs.reset()[0], args.mask_velocity)
         q_network = QNetwork(obs.shape[1:], n_actions, args.hidden_size).to(device)
         optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps)
         target_network = QNetwork(obs.shape[1:], n_actions, args.hidden_size).to(device)
@@ -797,14 +571,8 @@ def main(args):
 
         frame_shape, dtype = frame_shape_of(args.env_id, args.mask_velocity)
         store = new_store(args.num_envs, args.buffer_size, period, args.hidden_size, frame_shape, dtype, store_device)
-        line["buffer_bytes"] = sum(t.nbytes for t in store.values())
-
-        run_dir.mkdir(parents=True, exist_ok=True)
-        curve = run_dir / "returns.csv"
-        curve.write_text("step,wall_s,return\n")
-        running_returns = np.zeros(args.num_envs)
-        recent = deque(maxlen=100)
-        zeros = np.zeros(args.num_envs)
+        run.fields["buffer_bytes"] = sum(t.nbytes for t in store.values())
+        running_returns, zeros = np.zeros(args.num_envs), np.zeros(args.num_envs)
         newest = (lambda o: o[:, -1]) if len(frame_shape) == 2 else (lambda o: o)
 
         # TRY NOT TO MODIFY: start the game
@@ -815,96 +583,66 @@ def main(args):
         prev_actions = torch.zeros(args.num_envs, dtype=torch.long, device=device)
         prev_rewards = torch.zeros(args.num_envs, device=device)
         first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
-        next_check, mark = 0, (0, time.time())
-        pbar = tqdm.tqdm(range(num_iterations), desc=SCRIPT, mininterval=2.0)
-        for iteration in pbar:
+        global_step, updates, next_check, out = 0, 0, 0, None
+        for iteration in run.progress(range(num_iterations)):
             # a sequence starts here every `period` steps: it keeps the LSTM state the actor has now
             if iteration % period == 0:
                 store_state(store, sequence_slots(store, iteration), iteration, *state)
 
             # ALGO LOGIC: put action logic here
             with torch.no_grad():
-                inputs = (
-                    torch.as_tensor(obs, device=device)[None],
-                    prev_actions[None],
-                    prev_rewards[None],
-                    first[None],
-                )
-                q_values, state = q_network(*inputs, state)
+                obs_now = torch.as_tensor(obs, device=device)
+                q_values, state = q_network(obs_now[None], prev_actions[None], prev_rewards[None], first[None], state)
             greedy = q_values[0].argmax(dim=1).cpu().numpy()
             explore = np.random.random(args.num_envs) < epsilons
             actions = np.where(explore, np.random.randint(n_actions, size=args.num_envs), greedy)
 
             # TRY NOT TO MODIFY: execute the game and log data.
-            next_obs, rewards, terminations, truncations, info = envs.step(actions)
-            running_returns += rewards
-            for episodic_return in running_returns[terminations | truncations].tolist():
-                episodic_returns.append(episodic_return)
-                recent.append(episodic_return)
-                append_line(curve, f"{global_step + args.num_envs},{time.time() - start_time:.3f},{episodic_return}")
-                if args.track:
-                    wandb.log({"charts/episodic_return": episodic_return}, global_step)
-            running_returns[terminations | truncations] = 0.0
+            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+            global_step += args.num_envs
+            for episodic_return in bk.game_returns(running_returns, rewards, terminations | truncations):
+                run.episode(global_step, episodic_return)
 
             # save data to the replay memory: the newest frame once, whether it began an episode, the step's data
             next_obs = observe(next_obs, args.mask_velocity)
-            next_first = info["elapsed_step"] == 0
+            next_first = infos["elapsed_step"] == 0
             step = (to_store(actions, torch.long), to_store(rewards, torch.float32), to_store(terminations))
             store_add(store, to_store(newest(next_obs)), to_store(next_first), *step, to_store(truncations))
             add_sequences(store, iteration + 2, length, period, args.priority_exponent)
-            obs = next_obs
-            first = torch.as_tensor(next_first, device=device)
+            obs, first = next_obs, torch.as_tensor(next_first, device=device)
             prev_actions = torch.as_tensor(actions, device=device)
             prev_rewards = torch.as_tensor(rewards, dtype=torch.float32, device=device)
 
             # ALGO LOGIC: training, one gradient step at each env step s >= learning_starts with
             # s % train_frequency == 0 (with several envs, those of the steps this iteration covers)
-            covered = range(global_step, global_step + args.num_envs)
+            covered = range(global_step - args.num_envs, global_step)
             train_steps = [s for s in covered if s >= args.learning_starts and s % args.train_frequency == 0]
             for _ in train_steps:
                 index, weights = tree_sample(store["tree"], args.batch_size, args.importance_sampling_exponent)
                 batch = {k: v.to(device) for k, v in sample_sequences(store, index, length).items()}
-                out, priorities = learn(q_network, target_network, optimizer, batch, weights.to(device), args)
+                out, priorities = update(
+                    q_network, target_network, optimizer, batch, weights.to(device), args.burn_in, args.gamma,
+                    args.n_step, args.value_rescale_eps, args.max_grad_norm, args.priority_eta,
+                )  # fmt: skip
                 update_priorities(store, index, priorities, args.priority_exponent)
                 updates += 1
                 # update the target network
                 if updates % args.target_network_frequency == 0:
                     target_network.load_state_dict(q_network.state_dict())
-            global_step += args.num_envs
 
+            # the losses come to the host every 100 iterations; a non-finite one stops the run
             if train_steps and iteration >= next_check:
                 next_check = iteration + 100
-                check(out)
-                if args.track:
-                    logs = {f"losses/{name}": value for name, value in losses.items()}
-                    wandb.log({"charts/SPS": sps(), **logs}, step=global_step)
-            if iteration + 1 == args.measure_burnin and iteration + 1 < num_iterations:
-                mark = (global_step, time.time())
+                run.check_finite(global_step, out)
+            run.tick(global_step)
             if iteration % 100 == 0:
-                mean_return = np.mean(recent) if recent else float("nan")
-                pbar.set_postfix(sps=f"{sps():.0f}", ret=f"{mean_return:.1f}", refresh=False)
+                run.report(global_step, {f"losses/{name}": value for name, value in run.losses.items()})
         if out is not None:
-            check(out)
+            run.check_finite(global_step, out)
         envs.close()
-        line["updates"] = updates
+        run.fields["updates"] = updates
         if args.save_model:
-            model_path = run_dir / f"{args.exp_name}.pt"
-            tmp_path = model_path.with_suffix(".pt.tmp")
-            torch.save({"args": asdict(args), "model": q_network.state_dict()}, tmp_path)
-            os.replace(tmp_path, model_path)  # atomic: a reader never sees half a checkpoint
-            print(f"{SCRIPT}: model saved to {model_path}")
-    except (KeyboardInterrupt, Exception) as err:
-        status = {KeyboardInterrupt: "interrupted", Diverged: "diverged"}.get(type(err), "error")
-        message = str(err) or type(err).__name__
-        finish(status, global_step, sps(), episodic_returns, losses, message)
-        if status == "interrupted":
-            sys.exit(130)
-        if status == "diverged":
-            print(f"{SCRIPT}: {message}", file=sys.stderr)
-            sys.exit(1)
-        raise
-
-    finish("ok", global_step, sps(), episodic_returns, losses)
+            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=q_network.state_dict())
 
 
 if __name__ == "__main__":

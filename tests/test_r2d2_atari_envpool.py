@@ -92,12 +92,12 @@ def test_value_rescale_and_inverse_match_the_formulas_in_float64(mods, name, eps
 # ---------------------------------------------------------------- n-step double-Q targets over a sequence
 
 
-def targets_reference(q_online, q_target, rewards, terminated, truncated, first, gamma, n, eps):
+def targets_reference(rewards, q_online, q_target, terminations, truncations, first, gamma, n, eps):
     """A plain loop over time in float64: per (t, b), sum rewards until n of them, the episode's end, or the last
     step; bootstrap from the target net's value of the online net's best action unless the episode terminated."""
     T, B, _ = q_online.shape
     qo, qt = q_online.double().tolist(), q_target.double().tolist()
-    r, term, trunc, fst = rewards.double().tolist(), terminated.tolist(), truncated.tolist(), first.tolist()
+    r, term, trunc, fst = rewards.double().tolist(), terminations.tolist(), truncations.tolist(), first.tolist()
     targets = torch.zeros(T - 1, B, dtype=torch.float64)
     valid = torch.zeros(T - 1, B, dtype=torch.bool)
     for b in range(B):
@@ -120,14 +120,14 @@ def targets_reference(q_online, q_target, rewards, terminated, truncated, first,
 
 
 def random_sequences(T, B, A, seed, end_prob=0.15):
-    """Q-values and step data with episode ends (terminations and truncations), each followed by the env's reset
+    """Step data and Q-values with episode ends (terminations and truncations), each followed by the env's reset
     step (an episode's final observation, reward 0) and a first observation, as envpool streams them."""
     g = torch.Generator().manual_seed(seed)
     q_online = torch.randn(T, B, A, generator=g) * 5
     q_target = torch.randn(T, B, A, generator=g) * 5
     rewards = torch.randint(-2, 5, (T, B), generator=g).float()
-    terminated = torch.zeros(T, B, dtype=torch.bool)
-    truncated = torch.zeros(T, B, dtype=torch.bool)
+    terminations = torch.zeros(T, B, dtype=torch.bool)
+    truncations = torch.zeros(T, B, dtype=torch.bool)
     first = torch.zeros(T, B, dtype=torch.bool)
     ends = torch.rand(T, B, generator=g) < end_prob
     kinds = torch.rand(T, B, generator=g) < 0.5
@@ -135,12 +135,12 @@ def random_sequences(T, B, A, seed, end_prob=0.15):
         t = 0
         while t < T:
             if ends[t, b] and t + 2 < T:
-                terminated[t, b], truncated[t, b] = bool(kinds[t, b]), not kinds[t, b]
+                terminations[t, b], truncations[t, b] = bool(kinds[t, b]), not kinds[t, b]
                 rewards[t + 1, b] = 0.0  # the reset step
                 first[t + 2, b] = True
                 t += 2
             t += 1
-    return q_online, q_target, rewards, terminated, truncated, first
+    return rewards, q_online, q_target, terminations, truncations, first
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -166,14 +166,14 @@ def test_the_last_steps_bootstrap_from_the_sequence_end(mods):
     rewards = torch.ones(T, B)
     no = torch.zeros(T, B, dtype=torch.bool)
     h, hinv = module.value_rescale, module.inverse_value_rescale
-    got, _ = module.nstep_double_q_targets(q, q_target, rewards, no, no, no, 0.5, 3, 1e-3)
+    got, _ = module.nstep_double_q_targets(rewards, q, q_target, no, no, no, 0.5, 3, 1e-3)
     for t in range(T - 1):
         k = min(3, T - 1 - t)
         raw = sum(0.5**i for i in range(k)) + 0.5**k * hinv(q_target[t + k, 0, 1])
         assert got[t, 0] == pytest.approx(float(h(raw)), rel=1e-6), t
-    terminated = no.clone()
-    terminated[2, 0] = True
-    got, _ = module.nstep_double_q_targets(q, q_target, rewards, terminated, no, no, 0.5, 3, 1e-3)
+    terminations = no.clone()
+    terminations[2, 0] = True
+    got, _ = module.nstep_double_q_targets(rewards, q, q_target, terminations, no, no, 0.5, 3, 1e-3)
     assert got[1, 0] == pytest.approx(float(h(torch.tensor(1.5))), rel=1e-6)  # r1 + 0.5 r2, no bootstrap
 
 
@@ -289,7 +289,7 @@ def drive(module, env_id, num_envs, capacity, steps, burn_in, seq_len, overlap, 
     state = (torch.zeros(num_envs, hidden), torch.zeros(num_envs, hidden))
     prev_a, prev_r, first = zeros.long(), zeros, torch.ones(num_envs, dtype=torch.bool)
     rng = np.random.default_rng(seed)
-    rec = dict(obs=[obs], first=[first.numpy()], h=[], c=[], actions=[], rewards=[], terminated=[], truncated=[])
+    rec = dict(obs=[obs], first=[first.numpy()], h=[], c=[], actions=[], rewards=[], terminations=[], truncations=[])
     for it in range(steps):
         if it % period == 0:
             module.store_state(store, module.sequence_slots(store, it), it, *state)
@@ -355,7 +355,7 @@ def test_sequences_replay_the_stream_and_burn_in_rebuilds_the_state(
         pos = slice(p, p + length)
         np.testing.assert_array_equal(batch["obs"][:, b].numpy(), stream["obs"][e, pos])
         np.testing.assert_array_equal(batch["first"][:, b].numpy(), stream["first"][e, pos])
-        for key in ("actions", "rewards", "terminated", "truncated"):
+        for key in ("actions", "rewards", "terminations", "truncations"):
             np.testing.assert_array_equal(batch[key][:-1, b].numpy(), stream[key][e, p : p + length - 1], key)
         if p > 0:
             assert batch["prev_actions"][0, b] == stream["actions"][e, p - 1]
@@ -381,6 +381,9 @@ def test_bytes_stored(mods, name):
     store = module.new_store(32, 1_000_000, 40, 512, device="meta")  # shapes and sizes, no 7 GB allocated
     nbytes = sum(t.nbytes for t in store.values())
     assert nbytes == module.store_bytes(32, 1_000_000, 40, 512)
+    # by hand: per frame 84x84 uint8 + first, action, reward, termination, truncation (1 + 8 + 4 + 1 + 1 bytes); per
+    # sequence its start and LSTM state (8 + 2 * 512 * 4); the sum tree over 2^15 leaves; max priority and count
+    assert nbytes == 32 * 31240 * (84 * 84 + 15) + 32 * 781 * (8 + 8 * 512) + 2 * 2**15 * 4 + 4 + 8
     # one 84x84 frame per env step (7 KB), plus the step data and one LSTM state per 40 steps: about 7.2 GB
     assert 7.05e9 < nbytes < 7.3e9, nbytes
     assert store["frames"].shape == (32, 31240, 84, 84) and store["h"].shape == (32 * 781, 512)
@@ -507,9 +510,9 @@ def one_sequence_store(module, seed, num_envs=2, length=6, period=2, hidden=16):
 
 
 def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
-    """The twin's update (tree walk, sequence gather, burn-in, targets, loss, fused Adam, priority write-back, masked
-    target copy) compiled, against the eager sample/learn/update_priorities and target copy; no recompile when the
-    data or the copy flag changes."""
+    """The twin's sample_and_update (tree walk, sequence gather, burn-in, targets, loss, fused Adam, priority
+    write-back, masked target copy) compiled, against the eager sample/update/update_priorities and target copy; no
+    recompile when the data or the copy flag changes."""
     eager, twin = mods[EAGER], mods[TWIN]
     args = eager.Args(burn_in=2, seq_len=4, overlap=2, batch_size=8, hidden_size=16, n_step=3, gamma=0.99)
     torch.manual_seed(0)
@@ -519,13 +522,14 @@ def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
     twin_optimizer = torch.optim.Adam(twin_q.parameters(), lr=1e-2, eps=1e-3, fused=True)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(twin.update)
+    compiled = torch.compile(twin.sample_and_update)
     for call, copy_target in enumerate([False, True, False]):
         store, twin_store = one_sequence_store(eager, seed=call), one_sequence_store(twin, seed=call)
         index = torch.full((8,), 3)
         batch = eager.sample_sequences(store, index, 6)
         assert batch["obs"].shape == (6, 8, 2) and batch["h"].shape == (8, 16)
-        want, priorities = eager.learn(q_network, target_network, eager_optimizer, batch, torch.ones(8), args)
+        hyper = (args.burn_in, args.gamma, args.n_step, args.value_rescale_eps, args.max_grad_norm, args.priority_eta)
+        want, priorities = eager.update(q_network, target_network, eager_optimizer, batch, torch.ones(8), *hyper)
         eager.update_priorities(store, index, priorities, args.priority_exponent)
         if copy_target:
             target_network.load_state_dict(q_network.state_dict())
@@ -655,6 +659,8 @@ BAD_INPUTS = [
     (("--buffer-device", "tpu"), "--buffer-device"),
     (("--buffer-device", "cuda"), "--buffer-device"),
     (("--buffer-size", "100000000000"), "--buffer-size"),  # 700 TB: more than this machine has
+    (("--learning-rate", "-1"), "--learning-rate"),
+    (("--learning-rate", "0"), "--learning-rate"),
 ]
 
 
@@ -663,6 +669,20 @@ BAD_INPUTS = [
 def test_bad_input_exits_2_with_one_line(mods, name, flags, flag, capsys, tmp_path):
     args = args_from_flags(mods[name], flags)
     assert_main_exits_2_with_one_line(mods[name], name, args, flag, capsys, tmp_path)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_a_results_file_that_cannot_be_written_exits_2_with_one_line(mods, name, where, capsys, tmp_path):
+    """--results-file naming a folder, or a path under a file: one line, exit 2, before any work; nothing written."""
+    (tmp_path / "a_file").write_text("")
+    results = tmp_path if where == "a folder" else tmp_path / "a_file" / "results.jsonl"
+    with pytest.raises(SystemExit) as exit_info:
+        mods[name].main(args_from_flags(mods[name], ("--results-file", str(results), "--cuda", "False")))
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: --results-file {results}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"] and (tmp_path / "a_file").read_text() == ""
 
 
 @pytest.mark.parametrize("flags", [("--cudagraphs",), ("--cudagraphs", "--buffer-device", "cpu")])
