@@ -124,9 +124,10 @@ def check_memory(script, flag, nbytes, device):
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     else:
-        try:
-            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError):
+        try:  # what Linux can give without swapping: free pages plus the page cache it can drop
+            meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+            free = int(meminfo["MemAvailable"].split()[0]) * 1024
+        except (OSError, KeyError, ValueError):
             return
     if nbytes > free:
         fail(script, f"{flag}: the store needs {nbytes / 2**30:.1f} GiB, {device.type} has {free / 2**30:.1f} GiB "
@@ -265,10 +266,16 @@ class Run:
             self.dir = Path(args.eval_checkpoint).parent
             self.name, curve = self.dir.name, self.dir / "eval_returns.csv"
         else:
-            self.name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(self.start_time)}"
-            self.dir = Path(args.results_file).parent / self.name
-            if record:
-                self.dir.mkdir(parents=True, exist_ok=True)
+            # CleanRL's run name; a second run of the same script and seed started in the same second gets "-2"
+            self.name = name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(self.start_time)}"
+            for n in range(2, 1000):
+                self.dir = Path(args.results_file).parent / self.name
+                try:
+                    if record:
+                        self.dir.mkdir(parents=True)
+                    break
+                except FileExistsError:
+                    self.name = f"{name}-{n}"
             curve = self.dir / "returns.csv"
         self.fields = dict(
             script=self.script,

@@ -161,3 +161,30 @@ def assert_same_runs_and_eager_format_checkpoints(name, flags, runs, tmp_path, q
     for state in qf.values():
         q_network.load_state_dict(state)  # strict: the same keys and shapes
         assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in state.values())
+
+
+class FakeWandb:
+    """Stands in for the wandb module in a `--track` run in this process: keeps init's arguments and every log."""
+
+    def __init__(self):
+        self.config, self.logs, self.finished = None, [], False
+
+    def init(self, **kwargs):
+        self.config = kwargs
+
+    def log(self, data, step=None):
+        self.logs.append((step, dict(data)))
+
+    def finish(self):
+        self.finished = True
+
+    def keys(self):
+        return set().union(*(data for _, data in self.logs))
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    """sys.modules["wandb"] is a FakeWandb while the test runs (the scripts import wandb only with --track)."""
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    return fake

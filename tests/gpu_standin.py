@@ -207,7 +207,8 @@ def _watched_call(original):
     def call(self, *args, **kwargs):
         contract = self.__dict__.get("_contract")
         if contract is None:
-            name = getattr(self.module, "__name__", type(self.module).__name__)
+            fn = getattr(self.module, "func", self.module)  # a functools.partial's function
+            name = getattr(fn, "__name__", type(fn).__name__)
             contract = self._contract = Contract(name, self._warmup)
             CONTRACTS.append(contract)
         leaves = tree_flatten((args, kwargs))[0]
@@ -345,3 +346,51 @@ def host_reads(root=LEANRL):
             stack.enter_context(mock.patch.object(torch.Tensor, name, wrap(name)))
         stack.enter_context(_ReadsAtDispatch(counts, depth, root))
         yield counts
+
+
+# ---------------------------------------------------------------- a script's main() in this process
+
+
+def run_main(module, flags, tmp_path, cudagraphs=False):
+    """module.main() with these command-line flags on the CPU, in this process, its optimizers capturable as on CUDA;
+    with `cudagraphs`, --cudagraphs under the stand-in. Returns (results line, [(step, return)] of returns.csv)."""
+    import json
+
+    import tyro
+
+    from leanrl import bookkeeping as bk
+
+    results = Path(tmp_path) / "results.jsonl"
+    args = tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(results)])
+    torch._dynamo.reset()
+    with contextlib.ExitStack() as stack:
+        if cudagraphs:
+            args.cudagraphs = True
+            check_flags = bk.check_flags
+
+            def check_flags_as_on_cuda(script, args, *rest, **kwargs):
+                args.cudagraphs = False  # the one check that needs a real GPU
+                try:
+                    return check_flags(script, args, *rest, **kwargs)
+                finally:
+                    args.cudagraphs = True
+
+            stack.enter_context(mock.patch.object(bk, "check_flags", check_flags_as_on_cuda))
+        stack.enter_context(cuda_graphs_on_cpu())  # also lets capturable optimizers run on the CPU
+        stack.enter_context(mock.patch.object(torch.optim, "Adam", _capturable(torch.optim.Adam)))
+        if args.compile:
+            stack.enter_context(compile_through_dispatcher())
+        module.main(args)
+    (line,) = [json.loads(text) for text in results.read_text().splitlines()]
+    rows = (Path(tmp_path) / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
+    return line, [(int(row.split(",")[0]), float(row.split(",")[2])) for row in rows]
+
+
+def _capturable(adam):
+    """torch.optim.Adam as a twin makes it on CUDA: capturable (the step count a device tensor)."""
+
+    def make(*args, **kwargs):
+        kwargs["capturable"] = True
+        return adam(*args, **kwargs)
+
+    return make

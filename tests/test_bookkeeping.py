@@ -26,6 +26,8 @@ class Args:
     eval_episodes: int = 10
     learning_rate: float = 1e-3
     num_envs: int = 4
+    wandb_project_name: str = "leanrl"
+    wandb_entity: str | None = None
 
 
 def run_to_end(tmp_path, body, **run_kwargs):
@@ -185,3 +187,29 @@ def test_game_returns_sum_raw_rewards_until_game_over():
     assert bk.game_returns(running, np.array([1.0, 2.0, 0.0]), np.array([False, False, False])) == []
     assert bk.game_returns(running, np.array([1.0, 0.0, 5.0]), np.array([True, False, True])) == [2.0, 5.0]
     assert running.tolist() == [0.0, 2.0, 0.0]
+
+
+def test_two_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeypatch):
+    monkeypatch.setattr(bk.time, "time", lambda: 1234.5)
+    lines = []
+    for i in range(3):
+        (tmp_path / "results.jsonl").unlink(missing_ok=True)
+        lines.append(run_to_end(tmp_path, lambda run, i=i: run.episode(1, float(i)))[1])
+    names = [line["run_name"] for line in lines]
+    assert names == ["CartPole-v1__test_script__3__1234", "CartPole-v1__test_script__3__1234-2",
+                     "CartPole-v1__test_script__3__1234-3"]  # fmt: skip
+    for i, name in enumerate(names):  # each curve is its own run's
+        assert (tmp_path / name / "returns.csv").read_text().splitlines()[1].endswith(f",{float(i)}")
+
+
+def test_track_logs_episodes_and_report_points_to_wandb(tmp_path, fake_wandb):
+    args = Args(results_file=str(tmp_path / "results.jsonl"), track=True)
+    with bk.Run("test_script.py", args, torch.device("cpu"), burnin=0) as run:
+        run.episode(4, 1.5, 7)
+        run.tick(8)
+        run.report(8, {"losses/td_loss": 0.25})
+    assert fake_wandb.config["name"] == run.name and fake_wandb.config["project"] == args.wandb_project_name
+    assert fake_wandb.logs[0] == (4, {"charts/episodic_return": 1.5, "charts/episodic_length": 7})
+    step, data = fake_wandb.logs[1]
+    assert step == 8 and data["losses/td_loss"] == 0.25 and data["charts/SPS"] > 0
+    assert fake_wandb.finished

@@ -206,3 +206,68 @@ def test_summary_line_pattern():
     assert m["run_dir"] == "runs/CartPole-v1__dqn__1__1763855000"
     assert SUMMARY.match(line.replace("812 steps/s", "n/a steps/s").replace("-21.3", "n/a"))
     assert not SUMMARY.match(line.replace("diverged", "failed"))
+
+
+# ---------------------------------------------------------------- the scripts read like CleanRL's
+
+# SPEC/issue 15: an eager script at most 1.3x its CleanRL counterpart (R2D2, which CleanRL lacks: 650), its first
+# network before line 150, and the twin's diff against it no larger than it was before the rewrite (changed lines)
+EAGER_MAX_LINES = {
+    "ppo_atari_envpool": 450,
+    "ppo_continuous_action": 460,
+    "sac_continuous_action": 420,
+    "td3_continuous_action": 410,
+    "dqn": 320,
+    "dqn_atari_envpool": 350,
+    "r2d2_atari_envpool": 650,
+}
+TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit before the rewrite
+    "ppo_atari_envpool": 204,
+    "ppo_continuous_action": 224,
+    "sac_continuous_action": 206,
+    "td3_continuous_action": 196,
+    "dqn": 127,
+    "dqn_atari_envpool": 121,
+    "r2d2_atari_envpool": 129,
+}
+
+
+def changed_lines(a, b):
+    import difflib
+
+    return sum(line[:1] in "+-" and line[:3] not in ("+++", "---") for line in difflib.unified_diff(a, b, n=0))
+
+
+def test_scripts_read_like_cleanrl(capsys):
+    rows = []
+    for pair, max_lines in EAGER_MAX_LINES.items():
+        eager = (ROOT / "leanrl" / f"{pair}.py").read_text().splitlines()
+        twin = (ROOT / "leanrl" / f"{pair}_torchcompile.py").read_text().splitlines()
+        first_network = [
+            next(i for i, line in enumerate(lines, 1) if re.match(r"class \w+\((nn\.)?Module\)", line))
+            for lines in (eager, twin)
+        ]
+        diff = changed_lines(eager, twin)
+        rows.append((pair, len(eager), max_lines, len(twin), diff, TWIN_MAX_DIFF[pair], *first_network))
+    with capsys.disabled():
+        print("\npair: eager lines (max) / twin lines / twin diff (max) / first network eager, twin")
+        for row in rows:
+            print("{}: {} ({}) / {} / {} ({}) / {}, {}".format(*row))
+    for pair, eager_lines, max_lines, _, diff, max_diff, first_eager, first_twin in rows:
+        assert eager_lines <= max_lines, f"{pair}.py has {eager_lines} lines, more than {max_lines}"
+        assert diff <= max_diff, f"{pair}: the twin's diff is {diff} changed lines, more than {max_diff}"
+        assert first_eager < 150 and first_twin < 150, f"{pair}: first network at line {first_eager} / {first_twin}"
+
+
+def test_no_script_keeps_a_copy_of_the_bookkeeping():
+    """The run bookkeeping lives in leanrl/bookkeeping.py: no script defines its own results writer, summary line,
+    failure exit, steps/s meter, strict-JSON cleaner or MuJoCo warning filter again."""
+    bookkeeping = re.compile(
+        r"^(def (fail|write_results|summary|summary_line|finite_or_none|cpu_name|machine|append_line|speed|sps_since"
+        r"\w*|first_non_finite|mujoco_\w+|finished_episodes|game_returns)\(|class Diverged\b)"
+    )
+    for path in sorted((ROOT / "leanrl").glob("*.py")):
+        if path.name in ("bookkeeping.py", "__init__.py"):
+            continue
+        found = [line for line in path.read_text().splitlines() if bookkeeping.match(line)]
+        assert not found, f"{path.name} defines {found}"

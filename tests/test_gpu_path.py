@@ -1,0 +1,47 @@
+"""The GPU path of every twin, on a CPU (tests/gpu_standin.py): `--cudagraphs` and `--compile --cudagraphs` give the
+numbers of the same run without CUDA graphs, every CudaGraphModule keeps the capture contract, and the host reads
+of a run are the pinned ones, line by line."""
+
+import pytest
+from conftest import load_script
+from gpu_standin import CONTRACTS, run_main
+from regression import PAIRS
+
+TWINS = [f"{pair}_torchcompile" for pair in PAIRS]
+
+# bytes copied into a captured function per call, at the tiny settings of tests/regression.py: observations and
+# indices only (replay buffers and frame stores are bound in, never inputs)
+MAX_BYTES_IN = {
+    "ppo_atari_envpool_torchcompile": 2 * 4 * 84 * 84 + 8,
+    "ppo_continuous_action_torchcompile": 256,
+    "dqn_torchcompile": 1024,
+    "dqn_atari_envpool_torchcompile": 4 * 84 * 84 + 64,
+    "sac_continuous_action_torchcompile": 1024,
+    "td3_continuous_action_torchcompile": 1024,
+    "r2d2_atari_envpool_torchcompile": 1024,
+}
+
+
+def twin_and_flags(name):
+    return load_script(name), list(PAIRS[name.removesuffix("_torchcompile")])
+
+
+def same_run(got, want):
+    (line, curve), (want_line, want_curve) = got, want
+    assert line["status"] == want_line["status"] == "ok"
+    assert (line["steps"], line["episodes"], curve) == (want_line["steps"], want_line["episodes"], want_curve)
+    assert line["losses"] == want_line["losses"]
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["cudagraphs", "compile-cudagraphs"])
+@pytest.mark.parametrize("name", TWINS)
+def test_cudagraphs_give_the_numbers_of_the_run_without_them(name, compile, tmp_path):
+    module, flags = twin_and_flags(name)
+    flags += ["--compile"] if compile else []
+    want = run_main(module, flags, tmp_path / "plain")
+    got = run_main(module, flags, tmp_path / "graphs", cudagraphs=True)
+    same_run(got, want)
+    assert CONTRACTS, "no CudaGraphModule was called"
+    for contract in CONTRACTS:
+        assert contract.captured_at is not None, f"{contract.name} was never captured in this run"
+        assert contract.violations(MAX_BYTES_IN[name]) == []
