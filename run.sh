@@ -1,66 +1,129 @@
 #!/usr/bin/env bash
-# Reproduce the speed tables: every script pair, every variant, over seeds, then plots/plot.py.
-#   ./run.sh                 full budgets, seeds 1 2 3; adds the --cudagraphs variants where CUDA exists
-#   ./run.sh --quick         short CPU-friendly budgets, seed 1
-# Options: --seeds "1 2"   --only PAIR (e.g. ppo_atari_envpool, or ppo_atari_envpool_distributed)   --timesteps N (every run)
-#          --results-dir DIR (default runs)   --no-plot
-# Variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both; on a
-# machine with several GPUs, the distributed PPO Atari at 1, 2 and all of them.
-# A run that fails is recorded in the results file and the table goes on.
+# Reproduce the speed and returns tables: every script pair, every variant, over seeds, then plots/plot.py.
+#   ./run.sh                 speed at full budgets, seeds 1 2 3; adds the --cudagraphs variants where CUDA exists
+#   ./run.sh --quick         speed at short CPU-friendly budgets, seed 1
+#   ./run.sh --learning      returns at full budget: each pair's eager script and its fastest twin (--compile, and
+#                            --cudagraphs where CUDA exists), seeds 1 2 3, into runs/learning (budgets below)
+# Options: --only PAIR   --seeds "1 2"   --timesteps N (replaces every run's --total-timesteps)
+#          --extra "FLAGS" (added to every run)   --results-dir DIR (default runs, --learning: runs/learning)
+#          --no-plot   --publish
+# Pairs: ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action
+#        r2d2_atari_envpool; and ppo_atari_envpool_distributed (speed only, machines with several GPUs).
+# Speed variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both; on a machine
+# with several GPUs, the distributed PPO Atari at 1, 2 and all of them. A failed run is recorded and the table goes on.
+# Output, all in DIR: results.jsonl, the run folders, command.txt, and from plots/plot.py speed.md (--learning:
+# returns.md, the returns beside CleanRL's published ones) and the PNGs. Nothing in the repository changes:
+# --publish is what splices the table into README.md and copies it and its PNGs into plots/. To publish results
+# already measured: python3 plots/plot.py --results DIR/results.jsonl [--learning] --publish
+# --learning budgets on a CPU: CleanRL's full budgets where a CPU finishes them, ppo_continuous_action HalfCheetah-v4
+# 1M steps (about an hour for its 6 runs on a 2-core CPU) and dqn CartPole-v1 500k (about 15 minutes); the others at
+# the longest budget whose 6 runs fit about an hour on a 2-core CPU (estimated from the --quick table's steps/s):
+# ppo_atari_envpool Breakout-v5 130k, sac_continuous_action HalfCheetah-v4 45k, td3_continuous_action HalfCheetah-v4
+# 80k, dqn_atari_envpool Breakout-v5 50k (learning from 10k, replay of 100k), r2d2_atari_envpool on velocity-masked
+# CartPole-v1 with the --quick small-task settings 700k. With CUDA every pair runs CleanRL's full budget (Atari 10M,
+# MuJoCo 1M, DQN CartPole 500k; R2D2 Pong-v5 4M).
 set -uo pipefail
 cd "$(dirname "$0")"
 
-command="./run.sh $*"
-quick=0 seeds="" only="" timesteps="" dir=runs plot=1
+PAIRS="ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action"
+PAIRS="$PAIRS r2d2_atari_envpool"
+DISTRIBUTED=ppo_atari_envpool_distributed
+die() { echo "run.sh: error: $*" >&2; exit 2; }
+
+command="./run.sh"  # as typed, quoted where needed: the tables name the command that measured them
+for arg in "$@"; do command+=" $(printf '%q' "$arg")"; done
+mode=speed quick=0 seeds="" only="" timesteps="" extra="" dir="" plot=1 publish=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --seeds | --only | --timesteps | --extra | --results-dir) [ $# -ge 2 ] || die "$1 needs a value" ;;
+  esac
+  case "$1" in
     --quick) quick=1 ;;
-    --seeds) seeds=${2:?}; shift ;;
-    --only) only=${2:?}; shift ;;
-    --timesteps) timesteps=${2:?}; shift ;;
-    --results-dir) dir=${2:?}; shift ;;
+    --learning) mode=learning ;;
+    --seeds) seeds=$2; shift ;;
+    --only) only=$2; shift ;;
+    --timesteps) timesteps=$2; shift ;;
+    --extra) extra=$2; shift ;;
+    --results-dir) dir=$2; shift ;;
     --no-plot) plot=0 ;;
-    -h | --help) sed -n 2,9p "$0"; exit 0 ;;
-    *) echo "run.sh: error: unknown option '$1' (see ./run.sh --help)" >&2; exit 2 ;;
+    --publish) publish=1 ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) die "unknown option '$1' (see ./run.sh --help)" ;;
   esac
   shift
 done
-py=${PYTHON:-python3}
+# Check everything before anything is created or run: a typo gets one line and exit code 2, not an empty folder
+valid="$PAIRS"
+[ "$mode" = learning ] || valid="$valid $DISTRIBUTED"
+if [ -n "$only" ] && ! printf '%s\n' $valid | grep -qxF -- "$only"; then
+  die "--only '$only' is not a pair$([ "$mode" = speed ] || echo " of --learning"); valid pairs: $valid"
+fi
+[ "$mode:$quick" != learning:1 ] || die "--quick and --learning are two different runs: give one"
+[ "$plot:$publish" != 0:1 ] || die "--publish needs the plots: drop --no-plot"
+[ -z "$timesteps" ] || [[ "$timesteps" =~ ^[1-9][0-9]*$ ]] || die "--timesteps must be a positive integer, got '$timesteps'"
+for seed in $seeds; do [[ "$seed" =~ ^[0-9]+$ ]] || die "--seeds takes integers, got '$seed'"; done
 [ -n "$seeds" ] || { [ "$quick" = 1 ] && seeds="1" || seeds="1 2 3"; }
+[ -n "$dir" ] || { [ "$mode" = learning ] && dir=runs/learning || dir=runs; }
+
+py=${PYTHON:-python3}
 results="$dir/results.jsonl"
 mkdir -p "$dir"
 # the commands that wrote into this results dir, one a line (a dir may collect several invocations)
-grep -qxF "${command% }" "$dir/command.txt" 2>/dev/null || echo "${command% }" >>"$dir/command.txt"
+grep -qxF "$command" "$dir/command.txt" 2>/dev/null || echo "$command" >>"$dir/command.txt"
 has_cuda=$($py -c "import torch; print(int(torch.cuda.is_available()))")
 # On a small CPU-only machine two torch threads fight the env and each other: one thread is steadier
 [ "$has_cuda" = 1 ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
-# Budgets: --quick is one to two minutes per run on a 2-core CPU (PPO Atari's update of a 1024-frame batch
-# takes ~25 s there, so it gets 3 iterations; the replay pairs start learning early and are timed once the
-# updates run); full runs are for a GPU machine.
+# R2D2's Atari update (LSTM 512 unrolled over 120 steps) is hours on a CPU: on a CPU it runs velocity-masked CartPole
+# with the tests' small-task settings, timed once the updates run (learning starts at iteration 250)
+R2D2_CARTPOLE="--env-id CartPole-v1 --mask-velocity --num-envs 8 --hidden-size 64 --burn-in 8 --seq-len 16 --overlap 8"
+R2D2_CARTPOLE="$R2D2_CARTPOLE --batch-size 32 --train-frequency 16 --learning-rate 1e-3 --gamma 0.99"
+R2D2_CARTPOLE="$R2D2_CARTPOLE --target-network-frequency 200 --buffer-size 40000 --learning-starts 2000"
+
+# Budgets. --quick: one to two minutes per run on a 2-core CPU (PPO Atari's update of a 1024-frame batch takes ~25 s
+# there, so it gets 3 iterations; the replay pairs start learning early and are timed once the updates run); full
+# speed runs are for a GPU machine. --learning: see --help (the CPU figures are estimates from the --quick table).
 budget() {
-  case "$1:$quick" in
-    ppo_atari_envpool:1) echo "--total-timesteps 3072 --measure-burnin 1" ;;
-    ppo_atari_envpool:0) echo "--total-timesteps 500000" ;;
-    ppo_continuous_action:1) echo "--total-timesteps 6144 --measure-burnin 1" ;;
-    ppo_continuous_action:0) echo "--total-timesteps 300000" ;;
-    dqn:1) echo "--total-timesteps 30000 --measure-burnin 1000" ;;
-    dqn:0) echo "--total-timesteps 500000" ;;
-    dqn_atari_envpool:1) echo "--total-timesteps 4000 --learning-starts 1000 --buffer-size 10000 --measure-burnin 1100" ;;
-    dqn_atari_envpool:0) echo "--total-timesteps 500000" ;;
-    sac_continuous_action:1) echo "--total-timesteps 8000 --measure-burnin 200" ;;
-    sac_continuous_action:0) echo "--total-timesteps 100000" ;;
-    td3_continuous_action:1) echo "--total-timesteps 8000 --learning-starts 5000 --measure-burnin 200" ;;
-    td3_continuous_action:0) echo "--total-timesteps 100000" ;;
-    # R2D2's Atari update (LSTM 512 unrolled over 120 steps) is hours on a CPU: --quick runs velocity-masked CartPole
-    # with the tests' small-task settings, timed once the updates run (learning starts at iteration 250)
-    r2d2_atari_envpool:1) echo "--env-id CartPole-v1 --mask-velocity --num-envs 8 --hidden-size 64 --burn-in 8" \
-      "--seq-len 16 --overlap 8 --batch-size 32 --train-frequency 16 --learning-rate 1e-3 --gamma 0.99" \
-      "--target-network-frequency 200 --buffer-size 40000 --learning-starts 2000 --measure-burnin 300" \
-      "--total-timesteps 30000" ;;
-    r2d2_atari_envpool:0) echo "--total-timesteps 500000" ;;
+  local kind=$mode
+  [ "$quick" = 0 ] || kind=quick
+  [ "$kind" != learning ] || [ "$has_cuda" = 0 ] || kind=learning-cuda
+  case "$1:$kind" in
+    ppo_atari_envpool:quick) echo "--total-timesteps 3072 --measure-burnin 1" ;;
+    ppo_atari_envpool:speed) echo "--total-timesteps 500000" ;;
+    ppo_atari_envpool:learning) echo "--total-timesteps 130000" ;;
+    ppo_continuous_action:quick) echo "--total-timesteps 6144 --measure-burnin 1" ;;
+    ppo_continuous_action:speed) echo "--total-timesteps 300000" ;;
+    ppo_continuous_action:learning*) echo "--total-timesteps 1000000" ;;
+    dqn:quick) echo "--total-timesteps 30000 --measure-burnin 1000" ;;
+    dqn:speed | dqn:learning*) echo "--total-timesteps 500000" ;;
+    dqn_atari_envpool:quick) echo "--total-timesteps 4000 --learning-starts 1000 --buffer-size 10000 --measure-burnin 1100" ;;
+    dqn_atari_envpool:speed) echo "--total-timesteps 500000" ;;
+    dqn_atari_envpool:learning) echo "--total-timesteps 50000 --learning-starts 10000 --buffer-size 100000" ;;
+    sac_continuous_action:quick) echo "--total-timesteps 8000 --measure-burnin 200" ;;
+    sac_continuous_action:speed) echo "--total-timesteps 100000" ;;
+    sac_continuous_action:learning) echo "--total-timesteps 45000" ;;
+    td3_continuous_action:quick) echo "--total-timesteps 8000 --learning-starts 5000 --measure-burnin 200" ;;
+    td3_continuous_action:speed) echo "--total-timesteps 100000" ;;
+    td3_continuous_action:learning) echo "--total-timesteps 80000" ;;
+    r2d2_atari_envpool:quick) echo "$R2D2_CARTPOLE --measure-burnin 300 --total-timesteps 30000" ;;
+    r2d2_atari_envpool:speed) echo "--total-timesteps 500000" ;;
+    r2d2_atari_envpool:learning) echo "$R2D2_CARTPOLE --total-timesteps 700000" ;;
+    r2d2_atari_envpool:learning-cuda) echo "--env-id Pong-v5 --total-timesteps 4000000" ;;
+    sac_continuous_action:learning-cuda | td3_continuous_action:learning-cuda) echo "--total-timesteps 1000000" ;;
+    ppo_atari_envpool:learning-cuda | dqn_atari_envpool:learning-cuda) echo "--total-timesteps 10000000" ;;
     *) echo "" ;;
   esac
+}
+flags_for() {
+  local args
+  args=$(budget "$1")
+  if [ -n "$timesteps" ]; then
+    case " $args " in
+      *" --total-timesteps "*) args=$(echo "$args" | sed -E "s/--total-timesteps [0-9]+/--total-timesteps $timesteps/") ;;
+      *) args="$args --total-timesteps $timesteps" ;;
+    esac
+  fi
+  echo "$args $extra"
 }
 
 # One run; if it died without writing its results line, write one saying so.
@@ -90,14 +153,18 @@ PY
   [ "$code" = 0 ] || echo "run.sh: $script seed $seed $* failed (exit $code); going on" >&2
 }
 
-for pair in ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action \
-  r2d2_atari_envpool; do
+fastest="--compile"
+[ "$has_cuda" = 0 ] || fastest="--compile --cudagraphs"
+for pair in $PAIRS; do
   [ -z "$only" ] || [ "$only" = "$pair" ] || continue
   [ -f "leanrl/$pair.py" ] && [ -f "leanrl/${pair}_torchcompile.py" ] || continue
-  args=$(budget "$pair")
-  [ -z "$timesteps" ] || args="--total-timesteps $timesteps"
+  args=$(flags_for "$pair")
   for seed in $seeds; do
     run "$pair" "$seed" $args
+    if [ "$mode" = learning ]; then
+      run "${pair}_torchcompile" "$seed" $args $fastest
+      continue
+    fi
     run "${pair}_torchcompile" "$seed" $args
     run "${pair}_torchcompile" "$seed" $args --compile
     if [ "$has_cuda" = 1 ]; then
@@ -109,15 +176,19 @@ done
 
 # Data-parallel PPO Atari at 1, 2 and all GPUs where more than one exists (8 envs per GPU, as CleanRL's multi-GPU PPO)
 n_gpus=$($py -c "import torch; print(torch.cuda.device_count())")
-if [ "$n_gpus" -gt 1 ] && { [ -z "$only" ] || [ "$only" = ppo_atari_envpool_distributed ]; }; then
-  args=$(budget ppo_atari_envpool)
-  [ -z "$timesteps" ] || args="--total-timesteps $timesteps"
+if [ "$mode" = speed ] && [ "$n_gpus" -gt 1 ] && { [ -z "$only" ] || [ "$only" = "$DISTRIBUTED" ]; }; then
+  args=$(flags_for ppo_atari_envpool)
   for seed in $seeds; do
     for n in $(printf '%s\n' 1 2 "$n_gpus" | sort -nu); do
       launch="$py -m torch.distributed.run --standalone --nproc-per-node $n" \
-        run ppo_atari_envpool_distributed "$seed" $args --local-num-envs 8 --compile --cudagraphs
+        run "$DISTRIBUTED" "$seed" $args --local-num-envs 8 --compile --cudagraphs
     done
   done
 fi
 
-[ "$plot" = 1 ] && $py plots/plot.py --results "$results"
+if [ "$plot" = 1 ]; then
+  plot_flags=()
+  [ "$mode" = speed ] || plot_flags+=(--learning)
+  [ "$publish" = 0 ] || plot_flags+=(--publish)
+  $py plots/plot.py --results "$results" --out "$dir" "${plot_flags[@]}"
+fi

@@ -1,6 +1,6 @@
 """Replay buffers as the scripts define them, timed against what real RL runs need of them.
 
-A study of replay storage in real training jobs (``shared/anchors/replay_storage_rates.csv``) gives,
+A study of replay storage in real training jobs (``benchmarks/replay_storage_rates.csv``, which cites it) gives,
 per algorithm, the buffer size, the bytes per item and the add and sample rates one job needs. This
 file loads each script's own buffer functions (it copies none of them), fills a buffer at the study's
 capacity and beyond, and times:
@@ -60,7 +60,7 @@ from benchmarks.rl_ops import (  # noqa: E402  (the machine stamp, timing and re
     write_or_refuse,
 )
 
-STUDY = ROOT.parent / "shared" / "anchors" / "replay_storage_rates.csv"
+STUDY = ROOT / "benchmarks" / "replay_storage_rates.csv"  # the study's rates, copied in with their source
 SECTIONS = ["buffers", "samplers"]  # the buffers against the study's rates; R2D2's sum tree against a cumsum sampler
 
 
@@ -494,10 +494,11 @@ def samplers_markdown(rows):
 
 
 def study_rates(path=STUDY):
-    """{algorithm: the study's first row for it} (items, item bytes, add and sample rates as floats)."""
+    """{algorithm: the study's first row for it} (items, item bytes, add and sample rates as floats); the file's
+    lines starting with # cite the study."""
     rows = {}
     with open(path) as f:
-        for row in csv.DictReader(f):
+        for row in csv.DictReader(line for line in f if not line.startswith("#")):
             numbers = {k: float(v) for k, v in row.items() if k not in ("algorithm", "env", "buffer_property")}
             rows.setdefault(row["algorithm"], {**row, **numbers})
     return rows
@@ -616,7 +617,7 @@ def buffers_markdown(rows):
         "",
         "add: one env step of the script's default envs, MB/s of bytes stored; sample: one batch of the script's "
         "default size, MB/s of bytes delivered (rebuilt frame stacks included). Study: the replay-storage study's "
-        "rates for one training job of that algorithm (`shared/anchors/replay_storage_rates.csv`). R2D2: an item is "
+        "rates for one training job of that algorithm (`benchmarks/replay_storage_rates.csv`). R2D2: an item is "
         "a sequence (40 burn-in + 80 steps); add is 40 steps of 32 envs, which complete 32 sequences; update writes "
         "a sampled batch's priorities back into the sum tree (the study gives no rate for it).",
         "",

@@ -1,27 +1,37 @@
-"""Turn measured runs into the speed table, bar charts and return curves; splice tables into the READMEs.
+"""Turn measured runs into the speed and returns tables, bar charts and return curves; splice tables into the READMEs.
 
-    python plots/plot.py                          # runs/results.jsonl -> plots/*.png, plots/speed.md, README table
-    python plots/plot.py --results plots/data/*/results.jsonl       # several machines, one table each
+    python plots/plot.py --results runs/results.jsonl           # -> runs/speed.md, runs/speed_*.png, runs/returns_*.png
+    python plots/plot.py --results runs/learning/results.jsonl --learning    # -> returns.md beside CleanRL's figures
+    python plots/plot.py --results runs/quick/results.jsonl --publish        # and the README table, plots/*.png
     python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table: benchmarks/README.md
     python plots/plot.py --replay benchmarks/results/replay_cpu.md   # splice the replay-buffer table there too
 
 Reads only the results lines that the scripts append (one JSON object per run) and the return curves
 they write next to them (<results dir>/<run_name>/returns.csv), and the command that run.sh records
 beside them (<results dir>/command.txt). Every table and figure is stamped with the hardware it was
-measured on; runs from different machines never share a table.
+measured on; runs from different machines never share a table. The tables and PNGs go beside the results;
+only --publish touches the repository (README.md between its markers, plots/).
 """
 
 import argparse
 import csv
 import json
+import math
+import os
 import re
+import shutil
 import statistics
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ["eager", "twin", "twin --compile", "twin --cudagraphs", "twin --compile --cudagraphs"]
+COLORS = {variant: f"C{i}" for i, variant in enumerate(VARIANTS)}
+# twins give the same returns as each other on the same seed: a dashed line over a solid one keeps both visible
+STYLES = dict(zip(VARIANTS, ["-", "-", (0, (4, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2))]))
+PUBLISHED = Path(__file__).resolve().parent / "published_returns.csv"  # CleanRL's figures, with their source
 TWIN_SUFFIX = "_torchcompile"
 DISTRIBUTED_SUFFIX = "_distributed"
 
@@ -79,11 +89,17 @@ class Cell:
     runs: list = field(default_factory=list)
 
 
-def group_runs(lines):
+def budget_of(line):
+    """The run's --total-timesteps (older results lines lack it: the steps it did)."""
+    return line.get("total_timesteps") or line["steps"]
+
+
+def group_runs(lines, by_budget=False):
     """{hardware: {(pair, env_id): {variant: Cell}}} from the training runs that finished ok.
 
     A later run with the same hardware, script, env, flags and seed replaces an earlier one, so
-    re-running run.sh refreshes the table instead of averaging old and new code.
+    re-running run.sh refreshes the table instead of averaging old and new code. With by_budget, runs of
+    different --total-timesteps are kept apart: the keys are (pair, env_id, budget).
     """
     latest = {}
     for line in lines:
@@ -96,11 +112,13 @@ def group_runs(lines):
             line.get("compile"),
             line.get("cudagraphs"),
             line["seed"],
+            budget_of(line) if by_budget else None,
         )
         latest[key] = line
     tables = defaultdict(lambda: defaultdict(lambda: defaultdict(Cell)))
     for line in latest.values():
-        cell = tables[hardware_of(line)][(pair_of(line), line["env_id"])][variant_of(line)]
+        key = (pair_of(line), line["env_id"]) + ((budget_of(line),) if by_budget else ())
+        cell = tables[hardware_of(line)][key][variant_of(line)]
         cell.sps.append(line["sps"])
         cell.steps.append(line["steps"])
         cell.runs.append(line)
@@ -121,20 +139,48 @@ def fmt_sps(values):
 
 def speedup(cells):
     """Best measured twin variant (compile + cudagraphs where it exists, else --compile) over eager."""
-    if "eager" not in cells:
-        return None, None
+    ratios = speedups(cells)
     for variant in ("twin --compile --cudagraphs", "twin --compile"):
-        if variant in cells:
-            return statistics.fmean(cells[variant].sps) / statistics.fmean(cells["eager"].sps), variant
+        if ratios.get(variant, (None,))[0] is not None:
+            return ratios[variant][0], variant
     return None, None
 
 
-def speed_markdown(tables, failures):
-    """One markdown table per hardware: steps/s (mean ± std over seeds) per variant and the speed-up."""
+def speedups(cells):
+    """{variant: (speed-up over the eager script, mean steps/s, std steps/s)} for one pair's cells, variants in
+    VARIANTS order; the speed-up is the ratio of the means over seeds (eager: 1), None where no eager run exists."""
+    eager = statistics.fmean(cells["eager"].sps) if "eager" in cells else None
+    out = {}
+    for variant in VARIANTS:
+        if variant in cells:
+            sps = cells[variant].sps
+            mean, std = statistics.fmean(sps), statistics.stdev(sps) if len(sps) > 1 else 0.0
+            out[variant] = (mean / eager if eager else None, mean, std)
+    return out
+
+
+def failures_markdown(failures):
+    if not failures:
+        return []
+    runs = "; ".join(
+        f"`{f['script']}` {variant_of(f) if 'compile' in f else ''} seed {f.get('seed')}: {f.get('status')}"
+        for f in failures
+    )
+    return [f"Runs that did not finish ok: {runs}\n"]
+
+
+def commands_of(rows):
+    return "`, `".join(sorted({line["_command"] for cells in rows.values() for c in cells.values() for line in c.runs}))
+
+
+def speed_markdown(tables, failures, images=""):
+    """One markdown table per hardware: steps/s (mean ± std over seeds) per variant and the speed-up.
+
+    images: where the PNGs are, relative to the file the table goes into ("" beside it, "plots/" from the README).
+    """
     out = []
     for hardware, rows in sorted(tables.items()):
-        commands = sorted({line["_command"] for cells in rows.values() for c in cells.values() for line in c.runs})
-        command = "`, `".join(commands)
+        command = commands_of(rows)
         variants = [v for v in VARIANTS if any(v in cells for cells in rows.values())]
         out.append(
             f"Measured on **{hardware}** by `{command}`; steps/s from burn-in to the end, mean ± std over"
@@ -166,18 +212,81 @@ def speed_markdown(tables, failures):
                 row.append(f"{ret}, {statistics.fmean(line['wall_s'] for line in cell.runs):.0f} s")
             out.append("| " + " | ".join(row) + " |")
         out.append(
-            f"\n![steps/s per variant](plots/speed_{slug(hardware)}.png)"
-            f" ![returns](plots/returns_{slug(hardware)}.png)\n"
+            f"\n![speed-up over eager per variant]({images}speed_{slug(hardware)}.png)"
+            f" ![returns]({images}returns_{slug(hardware)}.png)\n"
         )
-    if failures:
+    out += failures_markdown(failures)
+    return "\n".join(out).strip() + "\n"
+
+
+def read_published(path=PUBLISHED):
+    """{(script, env_id): [(steps, mean, std), ...]}: CleanRL's published returns, mean and std as the source writes
+    them (strings); the file's lines starting with # cite the source."""
+    published = defaultdict(list)
+    with open(path) as fh:
+        for row in csv.DictReader(line for line in fh if not line.startswith("#")):
+            published[(row["script"], row["env_id"])].append((int(row["steps"]), row["mean"], row["std"]))
+    return dict(published)
+
+
+def fmt_steps(steps):
+    """1M, 500k, 600: a budget as people write it."""
+    return f"{steps / 1e6:g}M" if steps >= 1e6 else f"{steps / 1e3:g}k" if steps >= 1e3 else f"{steps:g}"
+
+
+def fmt_wall(seconds):
+    """Seconds, minutes or hours, whichever reads best."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def fmt_return(mean, std=None):
+    digits = 1 if abs(mean) < 1000 else 0
+    return f"{mean:,.{digits}f}" + (f" ± {std:,.{digits}f}" if std is not None else "")
+
+
+def published_cell(published, pair, env_id, budget):
+    """CleanRL's figure for the same env and budget (within 2%: a run stops at a whole number of iterations); else
+    its figure for the env at its own budget, named as such; else a dash."""
+    rows = published.get((pair, env_id), [])
+    for steps, mean, std in rows:
+        if abs(budget - steps) <= 0.02 * steps:
+            return f"{mean} ± {std}"
+    if rows:
+        return "— (" + "; ".join(f"{mean} ± {std} at {fmt_steps(steps)}" for steps, mean, std in rows) + ")"
+    return "—"
+
+
+def returns_markdown(tables, failures, published, images=""):
+    """One markdown table per hardware: the return at the end of each full-budget run (mean of its last 100 episodes),
+    mean ± std over seeds per variant, beside CleanRL's published figure for the same env and budget."""
+    out = []
+    for hardware, rows in sorted(tables.items()):
+        variants = [v for v in VARIANTS if any(v in cells for cells in rows.values())]
         out.append(
-            "Runs that did not finish ok: "
-            + "; ".join(
-                f"`{f['script']}` {variant_of(f) if 'compile' in f else ''} seed {f.get('seed')}: {f.get('status')}"
-                for f in failures
-            )
-            + "\n"
+            f"Measured on **{hardware}** by `{commands_of(rows)}`: the mean episodic return of the last 100 episodes"
+            " of each run, mean ± std over seeds (n = seeds; then the wall time of one run). CleanRL: its published"
+            " 3-seed figure for the same env and budget (docs.cleanrl.dev, copied in `plots/published_returns.csv`).\n"
         )
+        out.append("| script | env | steps | " + " | ".join(variants) + " | CleanRL |")
+        out.append("|---" * (len(variants) + 4) + "|")
+        for (pair, env_id, budget), cells in sorted(rows.items()):
+            row = [f"`{pair}`", env_id, f"{budget:,}"]
+            for variant in variants:
+                cell = cells.get(variant)
+                if not cell:
+                    row.append("—")
+                    continue
+                wall = statistics.fmean(line["wall_s"] for line in cell.runs)
+                ret = cell.returns
+                std = statistics.stdev(ret) if len(ret) > 1 else None
+                value = fmt_return(statistics.fmean(ret), std) if ret else "—"
+                row.append(f"{value} (n={len(ret)}, {fmt_wall(wall)})")
+            row.append(published_cell(published, pair, env_id, budget))
+            out.append("| " + " | ".join(row) + " |")
+        out.append(f"\n![return curves, mean over seeds]({images}learning_{slug(hardware)}.png)\n")
+    out += failures_markdown(failures)
     return "\n".join(out).strip() + "\n"
 
 
@@ -198,62 +307,155 @@ def read_returns(line):
         return [(float(r["step"]), float(r["wall_s"]), float(r["return"])) for r in csv.DictReader(f)]
 
 
+def bin_mean(xs, ys, edges):
+    """The mean of ys whose xs fall in each bin [edges[i], edges[i + 1]) (the last bin also takes its right edge);
+    NaN for a bin no point falls in, so a line drawn through the bins breaks there instead of bridging the gap."""
+    import numpy as np
+
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    index = np.clip(np.searchsorted(edges, xs, side="right") - 1, 0, len(edges) - 2)
+    inside = (xs >= edges[0]) & (xs <= edges[-1])
+    sums = np.bincount(index[inside], weights=ys[inside], minlength=len(edges) - 1)
+    counts = np.bincount(index[inside], minlength=len(edges) - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def mean_band(curves, edges):
+    """Bin centres and, over the curves (one (xs, returns) per seed, each binned with bin_mean), the mean and the
+    min-max band per bin. A bin takes the seeds that ended an episode in it; where none did, all three are NaN."""
+    import numpy as np
+
+    binned = np.array([bin_mean(xs, ys, edges) for xs, ys in curves]).reshape(len(curves), len(edges) - 1)
+    with warnings.catch_warnings():  # an all-NaN bin is a gap, not an error
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, lo, hi = np.nanmean(binned, 0), np.nanmin(binned, 0), np.nanmax(binned, 0)
+    return (edges[:-1] + edges[1:]) / 2, mean, lo, hi
+
+
+def bin_edges(curves, max_bins=60, per_bin=4):
+    """Equal bins from the first to the last x of the curves: about per_bin episodes of the median curve per bin,
+    5 to max_bins bins."""
+    import numpy as np
+
+    lo, hi = min(min(xs) for xs, _ in curves), max(max(xs) for xs, _ in curves)
+    n = int(np.clip(statistics.median(len(xs) for xs, _ in curves) // per_bin, 5, max_bins))
+    return np.linspace(lo, hi, n + 1) if hi > lo else np.linspace(lo - 0.5, hi + 0.5, n + 1)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def panel_title(key):
+    """pair · env, and the budget where runs are grouped by it (--learning)."""
+    return " · ".join([*key[:2], *(f"{fmt_steps(budget)} steps" for budget in key[2:])])
+
+
+def grid(n, cols):
+    cols = min(cols, n)
+    return math.ceil(n / cols), cols
+
+
 def plot_speed(hardware, rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    variants = [v for v in VARIANTS if any(v in cells for cells in rows.values())]
+    """One panel per pair: each variant's speed-up over that pair's eager script, printed on its bar, with its
+    steps/s under it (a 3,500 and a 70 steps/s pair on one axis would leave the second a sliver)."""
+    plt = pyplot()
     groups = sorted(rows)
-    width = 0.8 / len(variants)
-    fig, ax = plt.subplots(figsize=(2.2 + 2.2 * len(groups), 4.2))
-    for i, variant in enumerate(variants):
-        xs, means, errs = [], [], []
-        for g, key in enumerate(groups):
-            cell = rows[key].get(variant)
-            if cell:
-                xs.append(g + (i - (len(variants) - 1) / 2) * width)
-                means.append(statistics.fmean(cell.sps))
-                errs.append(statistics.stdev(cell.sps) if len(cell.sps) > 1 else 0.0)
-        ax.bar(xs, means, width, yerr=errs, label=variant, capsize=2)
-    ax.set_xticks(range(len(groups)), [f"{pair}\n{env}" for pair, env in groups], fontsize=8)
-    ax.set_ylabel("env steps / s")
-    ax.set_title(hardware, fontsize=8)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    nrows, ncols = grid(len(groups), 4)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(max(3.3 * ncols, 6.0), 3.0 * nrows + 0.7), squeeze=False, layout="constrained"
+    )
+    for ax in axes.flat[len(groups) :]:
+        ax.axis("off")
+    for ax, key in zip(axes.flat, groups):
+        ratios = speedups(rows[key])
+        names = list(ratios)
+        ax.set_title(panel_title(key), fontsize=9)
+        ax.set_xticks(
+            range(len(names)),
+            [f"{v.removeprefix('twin ')}\n{mean:,.0f}/s" for v, (_, mean, _) in ratios.items()],
+            fontsize=7,
+        )
+        if ratios[names[0]][0] is None:  # no eager run: no ratio to draw
+            ax.text(0.5, 0.5, "no eager run", ha="center", va="center", transform=ax.transAxes)
+            ax.set_yticks([])
+            continue
+        heights = [ratio for ratio, _, _ in ratios.values()]
+        errors = [std * ratio / mean for ratio, mean, std in ratios.values()]
+        ax.bar(range(len(names)), heights, 0.7, yerr=errors, capsize=2, color=[COLORS[v] for v in names])
+        for i, (height, error) in enumerate(zip(heights, errors)):  # the value above its error bar
+            ax.annotate(f"{height:.2f}x", (i, height + error), xytext=(0, 2), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=8, fontweight="bold")  # fmt: skip
+        ax.axhline(1.0, color="0.3", lw=0.8, ls="--")
+        ax.set_ylim(0, max(h + e for h, e in zip(heights, errors)) * 1.22)
+        ax.tick_params(axis="y", labelsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("speed-up over eager", fontsize=8)
+    fig.suptitle(
+        f"{hardware}\nspeed-up over each pair's eager script: ratio of the mean steps/s over seeds\n"
+        "(error bar: std over seeds); the steps/s under each bar",
+        fontsize=8,
+    )
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_returns(hardware, rows, path):
-    import matplotlib
+def draw_band(ax, curves, edges, color, label):
+    """The mean over seeds as a line, broken where no episode ended, and the min-max band; isolated bins as dots."""
+    import numpy as np
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    x, mean, lo, hi = mean_band(curves, edges)
+    ax.plot(x, mean, color=color, ls=STYLES[label], lw=1.4, label=f"{label} (n={len(curves)})")
+    if len(curves) > 1:
+        ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
+    finite = np.isfinite(mean)
+    isolated = finite & ~np.r_[False, finite[:-1]] & ~np.r_[finite[1:], False]
+    ax.plot(x[isolated], mean[isolated], "o", color=color, ms=3)
 
+
+def plot_returns(hardware, rows, path, title="return curves"):
+    """Per pair, against env steps and against wall seconds: each variant's mean return over seeds, binned by steps
+    (or seconds), with the min-max band over seeds."""
+    plt = pyplot()
     groups = sorted(rows)
-    fig, axes = plt.subplots(len(groups), 2, figsize=(10, 3 * len(groups)), squeeze=False)
-    colors = {v: f"C{i}" for i, v in enumerate(VARIANTS)}
+    fig, axes = plt.subplots(len(groups), 2, figsize=(10, 2.9 * len(groups) + 0.5), squeeze=False, layout="constrained")
     for (ax_steps, ax_wall), key in zip(axes, groups, strict=True):
-        for variant, cell in rows[key].items():
-            for n, line in enumerate(cell.runs):
-                curve = read_returns(line)
-                if not curve:
-                    continue
-                steps, wall, returns = zip(*curve, strict=True)
-                label = variant if n == 0 else None
-                ax_steps.plot(steps, returns, color=colors[variant], alpha=0.7, lw=1, label=label)
-                ax_wall.plot(wall, returns, color=colors[variant], alpha=0.7, lw=1, label=label)
-        ax_steps.set_title(f"{key[0]} · {key[1]}", fontsize=9)
-        ax_steps.set_xlabel("env steps")
-        ax_wall.set_xlabel("wall seconds")
-        ax_steps.set_ylabel("episodic return")
-        ax_steps.legend(fontsize=7)
-    fig.suptitle(hardware, fontsize=8)
-    fig.tight_layout()
+        for variant in [v for v in VARIANTS if v in rows[key]]:
+            curves = [curve for curve in map(read_returns, rows[key][variant].runs) if curve]
+            if not curves:
+                continue
+            for ax, column in ((ax_steps, 0), (ax_wall, 1)):
+                xy = [([point[column] for point in curve], [point[2] for point in curve]) for curve in curves]
+                draw_band(ax, xy, bin_edges(xy), COLORS[variant], variant)
+        ax_steps.set_title(panel_title(key), fontsize=9)
+        ax_steps.xaxis.set_major_formatter(lambda x, _: fmt_steps(x) if x > 0 else f"{x:g}")
+        ax_wall.set_title("the same against wall time (compilation included)", fontsize=8)
+        ax_steps.set_xlabel("env steps", fontsize=8)
+        ax_wall.set_xlabel("wall seconds", fontsize=8)
+        ax_steps.set_ylabel("episodic return", fontsize=8)
+        for ax in (ax_steps, ax_wall):
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+        if ax_steps.has_data():
+            ax_steps.legend(fontsize=7)
+    fig.suptitle(f"{hardware}\n{title}: mean over seeds, binned by steps (gaps: no episode ended), band: min-max",
+                 fontsize=8)  # fmt: skip
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def publish_files(out, plots_dir, names):
+    """Copy the named files from out into plots_dir (the committed copies the README links to)."""
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if (out / name).resolve() != (plots_dir / name).resolve():
+            shutil.copyfile(out / name, plots_dir / name)
 
 
 def main(argv=None):
@@ -261,9 +463,22 @@ def main(argv=None):
     parser.add_argument(
         "--results", nargs="+", help="results files the scripts wrote (default runs/results.jsonl, none with --rl-ops)"
     )
-    parser.add_argument("--out", default=str(ROOT / "plots"), help="folder for speed.md and the PNGs")
-    parser.add_argument("--readme", default=str(ROOT / "README.md"), help="README to splice the tables into")
-    parser.add_argument("--no-readme", action="store_true", help="write the files but leave the README alone")
+    parser.add_argument("--out", help="folder for the table and the PNGs (default: the first results file's folder)")
+    parser.add_argument(
+        "--learning",
+        action="store_true",
+        help="the runs are ./run.sh --learning's: write returns.md (the returns beside CleanRL's published ones) and "
+        "learning_*.png instead of the speed table and charts",
+    )
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="also splice the table into --readme (speed-table or returns-table markers) and copy it and its PNGs "
+        "into --plots-dir: the only way this script changes the repository's README and plots",
+    )
+    parser.add_argument("--readme", default=str(ROOT / "README.md"), help="README that --publish splices into")
+    parser.add_argument("--plots-dir", default=str(ROOT / "plots"), help="where --publish copies table and PNGs")
+    parser.add_argument("--published", default=str(PUBLISHED), help="CleanRL's returns (csv, --learning)")
     parser.add_argument("--rl-ops", help="markdown table written by benchmarks/rl_ops.py to splice in")
     parser.add_argument("--replay", help="markdown table written by benchmarks/replay.py to splice in")
     parser.add_argument(
@@ -276,27 +491,42 @@ def main(argv=None):
     if args.results is None:
         args.results = [] if any(benchmarks.values()) else ["runs/results.jsonl"]
 
-    readme = Path(args.readme)
-    text = readme.read_text() if readme.exists() else ""
     present = [path for path in args.results if Path(path).exists()]
     if present:
         lines = [line for path in present for line in read_results(path)]
-        tables = group_runs(lines)
+        tables = group_runs(lines, by_budget=args.learning)
         if not tables:
             raise SystemExit(f"plot.py: error: no finished training runs in {' '.join(present)}")
-        out = Path(args.out)
+        out = Path(args.out or Path(present[0]).parent)
         out.mkdir(parents=True, exist_ok=True)
-        table = speed_markdown(tables, failed_runs(lines))
-        (out / "speed.md").write_text(table)
-        for hardware, rows in tables.items():
-            plot_speed(hardware, rows, out / f"speed_{slug(hardware)}.png")
-            plot_returns(hardware, rows, out / f"returns_{slug(hardware)}.png")
-        print(table)
-        if not args.no_readme:
-            readme.write_text(splice(text, "speed-table", table))
+        failures = failed_runs(lines)
+        if args.learning:
+            marker, name = "returns-table", "returns.md"
+            table = lambda images: returns_markdown(tables, failures, read_published(args.published), images)
+            pngs = [f"learning_{slug(hardware)}.png" for hardware in tables]
+            for hardware, rows in tables.items():
+                plot_returns(hardware, rows, out / f"learning_{slug(hardware)}.png", "returns at full budget")
+        else:
+            marker, name = "speed-table", "speed.md"
+            table = lambda images: speed_markdown(tables, failures, images)
+            pngs = []
+            for hardware, rows in tables.items():
+                pngs += [f"speed_{slug(hardware)}.png", f"returns_{slug(hardware)}.png"]
+                plot_speed(hardware, rows, out / pngs[-2])
+                plot_returns(hardware, rows, out / pngs[-1])
+        (out / name).write_text(table(""))
+        print(table(""))
+        print(f"plot.py: wrote {out / name} and {', '.join(pngs)} in {out}")
+        if args.publish:
+            readme, plots_dir = Path(args.readme), Path(args.plots_dir)
+            images = Path(os.path.relpath(plots_dir, readme.resolve().parent)).as_posix() + "/"
+            text = splice(readme.read_text() if readme.exists() else "", marker, table(images))
+            publish_files(out, plots_dir, [name, *pngs])
+            readme.write_text(text)
+            print(f"plot.py: published: {readme} ({marker}), {name} and the PNGs in {plots_dir}")
     elif not any(benchmarks.values()):
         raise SystemExit(f"plot.py: error: no results file at {' '.join(args.results)} (run ./run.sh first)")
-    if any(benchmarks.values()) and not args.no_readme:  # the benchmark tables live in benchmarks/README.md
+    if any(benchmarks.values()):  # the benchmark tables live in benchmarks/README.md
         bench_readme = Path(args.benchmarks_readme)
         bench_text = bench_readme.read_text()
         for marker, table in benchmarks.items():

@@ -103,7 +103,8 @@ def test_plot_main_writes_table_charts_and_readme(tmp_path):
     )
     readme = tmp_path / "README.md"
     readme.write_text("x\n<!-- speed-table:start -->\n<!-- speed-table:end -->\n")
-    plot.main(["--results", str(results), "--out", str(tmp_path / "plots"), "--readme", str(readme)])
+    published = ["--publish", "--plots-dir", str(tmp_path / "published")]  # only --publish splices the README
+    plot.main(["--results", str(results), "--out", str(tmp_path / "plots"), "--readme", str(readme), *published])
     assert "1.50x" in readme.read_text()
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     assert pngs == ["returns_cpu-test-cpu-2-cores-torch-2-13-0.png", "speed_cpu-test-cpu-2-cores-torch-2-13-0.png"]

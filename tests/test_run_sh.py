@@ -1,0 +1,358 @@
+"""run.sh and plots/plot.py: bad input creates nothing, a run leaves the repository as it was (only --publish
+splices the README and replaces plots/), the speed-up chart and the binned return curves, the returns table beside
+CleanRL's published figures, and the published figures copied into the repository with their source."""
+
+import csv
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, load_script
+
+plot = load_script("plots/plot.py")
+
+PAIRS = [
+    "ppo_atari_envpool",
+    "ppo_continuous_action",
+    "dqn",
+    "dqn_atari_envpool",
+    "sac_continuous_action",
+    "td3_continuous_action",
+    "r2d2_atari_envpool",
+]
+HW = {"device": "cpu", "cpu": "Test CPU", "cpu_count": 2, "torch": "2.13.0"}
+ANCHORS = ROOT.parent / "shared" / "anchors"
+
+
+def run_sh(*args, timeout=60, root=ROOT):
+    # the scripts import leanrl: the one beside them (the installed one is the checkout's, not a copy's)
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=sys.executable, PYTHONPATH=path)
+    return subprocess.run(
+        ["bash", str(root / "run.sh"), *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+# ---------------------------------------------------------------- run.sh
+
+
+def test_only_with_a_typo_names_the_valid_pairs_and_creates_nothing(tmp_path):
+    out = tmp_path / "results"
+    proc = run_sh("--only", "dqnn", "--results-dir", str(out))
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert "'dqnn'" in line and all(pair in line for pair in PAIRS) and "ppo_atari_envpool_distributed" in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--timesteps", "1e5"], "--timesteps must be a positive integer"),
+        (["--seeds", "one"], "--seeds takes integers"),
+        (["--only"], "--only needs a value"),
+        (["--no-plot", "--publish"], "--publish needs the plots"),
+        (["--quick", "--learning"], "--quick and --learning"),
+        (["--learning", "--only", "ppo_atari_envpool_distributed"], "valid pairs"),
+        (["--fast"], "unknown option '--fast'"),
+    ],
+)
+def test_bad_options_get_one_line_and_exit_2_before_anything_is_created(args, message, tmp_path):
+    out = tmp_path / "results"
+    proc = run_sh(*args, "--results-dir", str(out)) if args != ["--only"] else run_sh(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_help_documents_publish_and_the_learning_budgets():
+    proc = run_sh("--help")
+    assert proc.returncode == 0 and proc.stderr == ""
+    text = proc.stdout
+    assert "--publish" in text and "README.md" in text and "plots/" in text
+    assert "--learning" in text and "HalfCheetah-v4" in text and "1M" in text and "CartPole-v1 500k" in text
+    assert "an hour" in text  # the budgets that are not CleanRL's full ones, and why
+    for pair in PAIRS:
+        assert pair in text
+
+
+def git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+def fingerprint(root):
+    """git status, and the bytes of what a run must never change: the README and the committed plots."""
+    files = [root / "README.md", *sorted((root / "plots").iterdir())]
+    status = git("status", "--porcelain", "--untracked-files=all", cwd=root)
+    return status, {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A copy of this checkout (its .git, tracked and untracked files, none that git ignores): run.sh runs there, so
+    the comparison of git status before and after sees run.sh's doing only, not the edits of someone working in the
+    checkout meanwhile."""
+    if not (ROOT / ".git").is_dir():
+        pytest.skip("not a git checkout with its own .git folder")
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT / ".git", copy / ".git")
+    for name in filter(None, git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT).split("\0")):
+        if (ROOT / name).is_file():  # a tracked file deleted in the working tree is listed too
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    return copy
+
+
+def test_a_run_writes_its_tables_and_plots_into_its_results_dir_and_leaves_the_repository_alone(checkout, tmp_path):
+    """The eager DQN, its twin and the twin --compile for 600 steps, then --learning's eager and twin --compile
+    (40 s in all on an idle 2-core CPU, 2 min beside other jobs; most of it compiling)."""
+    out = tmp_path / "results"
+    before = fingerprint(checkout)
+    tiny = ["--only", "dqn", "--timesteps", "600", "--seeds", "1"]
+    extra = ["--extra", "--learning-starts 100 --measure-burnin 10"]  # DQN's learning starts at 10k by default
+    proc = run_sh(*tiny, *extra, "--results-dir", str(out), timeout=600, root=checkout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert fingerprint(checkout) == before, "run.sh without --publish changed the repository"
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(line["script"], line["compile"], line["status"]) for line in lines] == [
+        ("dqn.py", False, "ok"),
+        ("dqn_torchcompile.py", False, "ok"),
+        ("dqn_torchcompile.py", True, "ok"),
+    ]
+    assert all(line["total_timesteps"] == 600 for line in lines)
+    speed = (out / "speed.md").read_text()
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert [name.split("_")[0] for name in pngs] == ["returns", "speed"]
+    for name in pngs:  # the table links its charts beside it
+        assert f"]({name})" in speed and (out / name).stat().st_size > 10_000
+    assert "`dqn`" in speed and "./run.sh --only dqn --timesteps 600 --seeds 1 --extra --learning-starts\\ 100" in speed
+
+    # --learning: the eager script and the fastest twin, and the returns table beside CleanRL's
+    out = tmp_path / "learning"
+    proc = run_sh("--learning", *tiny, *extra, "--results-dir", str(out), timeout=600, root=checkout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert fingerprint(checkout) == before, "run.sh --learning without --publish changed the repository"
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(line["script"], line["compile"], line["status"]) for line in lines] == [
+        ("dqn.py", False, "ok"),
+        ("dqn_torchcompile.py", True, "ok"),
+    ]
+    returns = (out / "returns.md").read_text()
+    assert "| `dqn` | CartPole-v1 | 600 |" in returns and "| — (488.7 ± 16.1 at 500k) |" in returns
+    assert [p.name.split("_")[0] for p in out.glob("*.png")] == ["learning"] and "](learning_" in returns
+
+
+# ---------------------------------------------------------------- plot.py: synthetic results
+
+
+def line(script, sps, seed=1, compile=False, env_id="CartPole-v1", total=1000, mean_return=2.0, **extra):
+    run_name = f"{script}-{seed}-{compile}-{total}"
+    return {
+        "script": script,
+        "env_id": env_id,
+        "seed": seed,
+        "compile": compile,
+        "cudagraphs": False,
+        **HW,
+        "run_name": run_name,
+        "mode": "train",
+        "total_timesteps": total,
+        "steps": total,
+        "sps": sps,
+        "wall_s": 120.0,
+        "mean_return": mean_return,
+        "episodes": 10,
+        "status": "ok",
+        **extra,
+    }
+
+
+def write_results(folder, lines, command, curves=True):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (folder / "command.txt").write_text(command + "\n")
+    for n, x in enumerate(lines):
+        if curves:
+            (folder / x["run_name"]).mkdir(exist_ok=True)
+            steps = [x["total_timesteps"] * k / 20 for k in range(1, 21) if not 8 <= k <= 12]  # a gap in the middle
+            rows = [f"{s:.0f},{s / x['sps']:.2f},{10 + s / 100 + n}" for s in steps]
+            (folder / x["run_name"] / "returns.csv").write_text("step,wall_s,return\n" + "\n".join(rows) + "\n")
+    return folder / "results.jsonl"
+
+
+def cells_of(sps_by_variant):
+    return {variant: plot.Cell(sps=list(sps)) for variant, sps in sps_by_variant.items()}
+
+
+def test_speedups_are_over_each_pairs_eager_script():
+    ratios = plot.speedups(cells_of({"twin --compile": [300.0, 500.0], "eager": [100.0, 300.0], "twin": [200.0]}))
+    assert list(ratios) == ["eager", "twin", "twin --compile"]  # in the order of the variants
+    assert ratios["eager"] == (1.0, 200.0, pytest.approx(141.42, abs=0.01))
+    assert ratios["twin"] == (1.0, 200.0, 0.0)
+    assert ratios["twin --compile"][:2] == (2.0, 400.0)
+    assert plot.speedups(cells_of({"twin --compile": [70.0]})) == {"twin --compile": (None, 70.0, 0.0)}
+
+
+def test_return_curves_are_binned_by_steps_and_gaps_stay_gaps():
+    import numpy as np
+
+    edges = np.array([0.0, 10, 20, 30, 40])
+    seed1 = ([1, 5, 12, 35], [1.0, 3.0, 10.0, 30.0])  # nothing ends in [20, 30) in either seed
+    seed2 = ([3, 38, 40], [5.0, 20.0, 40.0])  # 40, the last edge, is in the last bin
+    np.testing.assert_allclose(plot.bin_mean(*seed1, edges), [2.0, 10.0, np.nan, 30.0])
+    np.testing.assert_allclose(plot.bin_mean(*seed2, edges), [5.0, np.nan, np.nan, 30.0])
+    x, mean, lo, hi = plot.mean_band([seed1, seed2], edges)
+    np.testing.assert_allclose(x, [5, 15, 25, 35])
+    np.testing.assert_allclose(mean, [3.5, 10.0, np.nan, 30.0])  # bin 1: the one seed that ended an episode there
+    np.testing.assert_allclose(lo, [2.0, 10.0, np.nan, 30.0])
+    np.testing.assert_allclose(hi, [5.0, 10.0, np.nan, 30.0])
+    edges = plot.bin_edges([seed1, seed2])
+    assert edges[0] == 1 and edges[-1] == 40 and len(edges) == 6  # 5 bins at least, from the first to the last x
+
+
+def readme_with_markers(path):
+    path.write_text(
+        "# x\n<!-- speed-table:start -->\nold speed\n<!-- speed-table:end -->\n"
+        "<!-- returns-table:start -->\nold returns\n<!-- returns-table:end -->\n"
+    )
+    return path.read_text()
+
+
+def test_publish_is_the_only_way_the_readme_and_plots_change(tmp_path):
+    lines = [line("dqn.py", 100.0), line("dqn_torchcompile.py", 150.0, compile=True)]
+    results = write_results(tmp_path / "runs", lines, "./run.sh --quick")
+    readme, plots_dir = tmp_path / "README.md", tmp_path / "plots"
+    original = readme_with_markers(readme)
+    where = ["--readme", str(readme), "--plots-dir", str(plots_dir)]
+    plot.main(["--results", str(results), *where])
+    assert readme.read_text() == original and not plots_dir.exists()
+    table = (tmp_path / "runs" / "speed.md").read_text()  # default --out: beside the results
+    assert "1.50x (--compile)" in table and "](speed_cpu-test-cpu-2-cores-torch-2-13-0.png)" in table
+    assert {p.name for p in (tmp_path / "runs").glob("*.png")} == {
+        "speed_cpu-test-cpu-2-cores-torch-2-13-0.png",
+        "returns_cpu-test-cpu-2-cores-torch-2-13-0.png",
+    }
+
+    plot.main(["--results", str(results), "--publish", *where])
+    text = readme.read_text()
+    assert "old speed" not in text and "old returns" in text and "1.50x (--compile)" in text
+    assert "](plots/speed_cpu-test-cpu-2-cores-torch-2-13-0.png)" in text  # links from the README to plots/
+    published = {p.name for p in plots_dir.iterdir()}
+    assert published == {"speed.md", *(p.name for p in (tmp_path / "runs").glob("*.png"))}
+    assert (plots_dir / "speed.md").read_text() == table
+
+    learning = [
+        line("ppo_continuous_action.py", 1300.0, seed=s, env_id="HalfCheetah-v4", total=1_000_000, mean_return=r)
+        for s, r in ((1, 1400.0), (2, 1500.0))
+    ]
+    results = write_results(tmp_path / "learning", learning, "./run.sh --learning")
+    plot.main(["--results", str(results), "--learning", "--publish", *where])
+    text = readme.read_text()
+    assert "old returns" not in text and "1,450 ± 71 (n=2, 2 min) | 1442 ± 46 |" in text
+    assert "1.50x (--compile)" in text  # the speed table stays
+    assert "](plots/learning_cpu-test-cpu-2-cores-torch-2-13-0.png)" in text
+    assert {"returns.md", "learning_cpu-test-cpu-2-cores-torch-2-13-0.png"} <= {p.name for p in plots_dir.iterdir()}
+
+
+def test_publish_without_markers_fails_before_writing_anything(tmp_path):
+    results = write_results(tmp_path / "runs", [line("dqn.py", 100.0)], "./run.sh --quick", curves=False)
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="returns-table"):
+        plot.main(["--results", str(results), "--learning", "--publish", "--readme", str(readme), "--plots-dir", "x"])
+    assert readme.read_text() == "no markers\n"
+
+
+def test_returns_table_stands_beside_cleanrls_figure_for_the_same_env_and_budget(tmp_path):
+    cheetah = {"env_id": "HalfCheetah-v4", "total": 1_000_000}
+    lines = [
+        line("ppo_continuous_action.py", 1300.0, seed=1, mean_return=1400.0, **cheetah),
+        line("ppo_continuous_action.py", 1300.0, seed=2, mean_return=1500.0, **cheetah),
+        line("ppo_continuous_action_torchcompile.py", 2000.0, seed=1, compile=True, mean_return=1420.0, **cheetah),
+        line("sac_continuous_action.py", 69.0, env_id="HalfCheetah-v4", total=45_000, mean_return=3000.0),
+        line("sac_continuous_action.py", 69.0, env_id="HalfCheetah-v4", total=8_000, mean_return=-200.0),
+        line("dqn_atari_envpool.py", 76.0, env_id="Breakout-v5", total=50_000, mean_return=None),
+        line("dqn.py", 3000.0, env_id="CartPole-v1", total=500_000, mean_return=480.0, status="diverged"),
+    ]
+    tables = plot.group_runs(plot.read_results(write_results(tmp_path, lines, "./run.sh --learning")), by_budget=True)
+    (rows,) = tables.values()
+    assert set(rows) == {
+        ("ppo_continuous_action", "HalfCheetah-v4", 1_000_000),
+        ("sac_continuous_action", "HalfCheetah-v4", 45_000),  # runs of two budgets never share a row
+        ("sac_continuous_action", "HalfCheetah-v4", 8_000),
+        ("dqn_atari_envpool", "Breakout-v5", 50_000),
+    }
+    failures = plot.failed_runs(plot.read_results(tmp_path / "results.jsonl"))
+    table = plot.returns_markdown(tables, failures, plot.read_published())
+    rows = {row.split(" | ")[0].strip("| `"): row for row in table.splitlines() if row.startswith("| `")}
+    assert "Measured on **cpu · Test CPU (2 cores) · torch 2.13.0** by `./run.sh --learning`" in table
+    assert table.splitlines()[2] == "| script | env | steps | eager | twin --compile | CleanRL |"
+    assert rows["ppo_continuous_action"] == (
+        "| `ppo_continuous_action` | HalfCheetah-v4 | 1,000,000 | 1,450 ± 71 (n=2, 2 min) | 1,420 (n=1, 2 min) "
+        "| 1442 ± 46 |"
+    )
+    sac = [row for row in table.splitlines() if row.startswith("| `sac_continuous_action`")]
+    assert [row.split(" | ")[2] for row in sac] == ["8,000", "45,000"]
+    assert all(row.endswith("| — (9635 ± 1424 at 1M) |") for row in sac)  # CleanRL has none at this budget
+    assert rows["dqn_atari_envpool"].endswith("| — (n=0, 2 min) | — | — |")  # no episode ended; no figure
+    assert "`dqn.py` eager seed 1: diverged" in table
+    # a run stops at a whole number of iterations (PPO: 488 of 2048 steps for 1M): within 2% is the same budget
+    published = plot.read_published()
+    assert plot.published_cell(published, "ppo_continuous_action", "HalfCheetah-v4", 999_424) == "1442 ± 46"
+    assert plot.published_cell(published, "ppo_continuous_action", "HalfCheetah-v4", 960_000).startswith("— (")
+
+
+def test_published_returns_are_in_the_repository_with_their_source():
+    """CleanRL's figures the returns table compares against live in the repository (a clone has no ../shared)."""
+    text = plot.PUBLISHED.read_text()
+    assert plot.PUBLISHED.parent == ROOT / "plots"
+    assert "Source: CleanRL" in text and "docs.cleanrl.dev" in text
+    published = plot.read_published()
+    assert published[("ppo_continuous_action", "HalfCheetah-v4")] == [(1_000_000, "1442", "46")]
+    assert published[("dqn", "CartPole-v1")] == [(500_000, "488.7", "16.1")]
+    assert {script for script, _ in published} <= set(PAIRS)
+
+
+def test_published_returns_match_the_anchors_file():
+    """Each copied row is the anchors' row unchanged (checked where ../shared sits beside the checkout)."""
+    path = ANCHORS / "published_returns.md"
+    if not path.exists():
+        pytest.skip("anchors not beside the checkout (the repository's copy is checked above)")
+    anchors = {}
+    for match in re.finditer(r"^\| (\w+) \| ([\w-]+) \| (\d+)([Mk]) \| ([\d.]+) ± ([\d.]+)", path.read_text(), re.M):
+        script, env, n, unit, mean, std = match.groups()
+        anchors[(script, env, int(n) * (10**6 if unit == "M" else 10**3))] = (mean, std)
+    copied = [(key, steps, mean, std) for key, rows in plot.read_published().items() for steps, mean, std in rows]
+    assert len(copied) == 6
+    for (script, env), steps, mean, std in copied:
+        assert anchors[(script, env, steps)] == (mean, std), (script, env)
+
+
+def test_readme_has_the_returns_section_and_only_a_placeholder_until_a_learning_run_is_published():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- returns-table:start -->")[1].split("<!-- returns-table:end -->")[0]
+    assert "## Returns" in readme and "./run.sh --learning --publish" in block
+    assert block.strip().startswith(("Not measured yet", "Measured on **"))  # a placeholder, or a measured table
+
+
+# ---------------------------------------------------------------- the replay study, copied in
+
+
+def test_replay_study_is_read_from_the_repository_with_its_source():
+    from benchmarks import replay
+
+    assert replay.STUDY == ROOT / "benchmarks" / "replay_storage_rates.csv"
+    text = replay.STUDY.read_text()
+    assert text.startswith("#") and "Source:" in text and "replay_storage_rates.csv" in text
+    study = replay.study_rates()
+    assert study["DQN"]["add_items_per_s"] == 400 and math.isclose(study["IMPALA"]["sample_bytes_per_s"], 759e6)
+    anchors = ANCHORS / "replay_storage_rates.csv"
+    if anchors.exists():  # the copy is the anchors file unchanged
+        data = [row for row in csv.reader(line for line in text.splitlines() if not line.startswith("#"))]
+        assert data == list(csv.reader(anchors.read_text().splitlines()))
