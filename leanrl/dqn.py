@@ -39,7 +39,7 @@ class Args:
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100
-    """vector-env steps after --learning-starts left out of the steps/s figure (the update compiles in them)"""
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -199,9 +199,10 @@ def check_args(args):
         bk.fail(__file__, f"--learning-starts must be >= 0, got {args.learning_starts}")
     if args.batch_size > args.buffer_size:
         bk.fail(__file__, f"--batch-size {args.batch_size} is larger than the buffer, --buffer-size {args.buffer_size}")
+    if args.num_envs > args.buffer_size:  # one step would overwrite its own rows
+        bk.fail(__file__, f"--num-envs {args.num_envs} is larger than the buffer, --buffer-size {args.buffer_size}")
     if args.total_timesteps < args.num_envs:
-        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one step of --num-envs "
-             f"{args.num_envs} envs")  # fmt: skip
+        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is below one step of --num-envs {args.num_envs}")
     if args.learning_starts >= args.total_timesteps:
         bk.fail(__file__, f"--learning-starts {args.learning_starts} is not below --total-timesteps "
              f"{args.total_timesteps}: the run would never learn")  # fmt: skip
@@ -249,8 +250,9 @@ def main(args):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    # the steps/s meter starts --measure-burnin iterations after learning starts
-    burnin = args.learning_starts // args.num_envs + args.measure_burnin + 1
+    # steps/s leaves out the iterations before learning starts (those with i * num_envs <= learning_starts) and
+    # --measure-burnin more
+    burnin = args.learning_starts // args.num_envs + 1 + args.measure_burnin
     with bk.Run(__file__, args, device, burnin=burnin) as run:
         # env setup
         envs = make_envs(args.env_id, args.num_envs)
@@ -303,13 +305,11 @@ def main(args):
                     update_target(target_network, q_network, args.tau)
             run.tick(global_step)
 
-            # log point: read the losses every 100 steps, and stop on a non-finite one
+            # log point every 100 steps, as CleanRL: read the losses in one go, stop on a non-finite one, log them
             if iteration % 100 == 0 or iteration == num_iterations - 1:
                 if stats is not None:
                     run.check_finite(global_step, {"td_loss": stats[0], "q_values": stats[1]})
-                if iteration % 1000 == 0:
-                    losses = {f"losses/{k}": v for k, v in run.losses.items()}
-                    run.report(global_step, {"charts/epsilon": epsilon, **losses})
+                run.report(global_step, {f"losses/{k}": v for k, v in run.losses.items()})  # CleanRL's keys
 
         envs.close()
         if args.save_model:

@@ -41,7 +41,7 @@ class Args:
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100
-    """vector-env steps after --learning-starts left out of the steps/s figure (the update compiles in them)"""
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -155,10 +155,9 @@ def buffer_add(buffer, count, transition):
 def buffer_sample(buffer, count, batch_size, generator=None):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = count.clamp(max=buffer["obs"].shape[0])
-    # trick: torch.randint needs its bound on the host (a sync); scale uniform draws by the device-side size instead
-    # (the clamp guards float32 rounding up to `size` itself)
-    u = torch.rand(batch_size, device=buffer["obs"].device, generator=generator)
-    idx = torch.minimum((u * size).long(), size - 1)
+    # trick: torch.randint needs its bound on the host (a sync): draw uniform 62-bit integers on the device and take
+    # them modulo the device-side size (exact integers; the modulo's bias, under size / 2**62, is nil in practice)
+    idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device, generator=generator) % size
     return {key: value[idx] for key, value in buffer.items()}
 
 
@@ -184,7 +183,8 @@ def update(q_network, target_network, optimizer, batch, gamma):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    return loss.detach(), old_val.mean().detach()
+    # trick: one stacked output for the logged scalars: a CUDA graph replay clones one tensor out, not two
+    return torch.stack([loss.detach(), old_val.mean().detach()])
 
 
 def train_step(q_network, target_network, optimizer, buffer, count, batch_size, gamma):
@@ -213,9 +213,10 @@ def check_args(args):
         bk.fail(__file__, f"--learning-starts must be >= 0, got {args.learning_starts}")
     if args.batch_size > args.buffer_size:
         bk.fail(__file__, f"--batch-size {args.batch_size} is larger than the buffer, --buffer-size {args.buffer_size}")
+    if args.num_envs > args.buffer_size:  # one step would overwrite its own rows
+        bk.fail(__file__, f"--num-envs {args.num_envs} is larger than the buffer, --buffer-size {args.buffer_size}")
     if args.total_timesteps < args.num_envs:
-        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one step of --num-envs "
-             f"{args.num_envs} envs")  # fmt: skip
+        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is below one step of --num-envs {args.num_envs}")
     if args.learning_starts >= args.total_timesteps:
         bk.fail(__file__, f"--learning-starts {args.learning_starts} is not below --total-timesteps "
              f"{args.total_timesteps}: the run would never learn")  # fmt: skip
@@ -266,8 +267,9 @@ def main(args):
     # trick: TF32 matmuls on GPUs that have them
     torch.set_float32_matmul_precision("high")
 
-    # the steps/s meter starts --measure-burnin iterations after learning starts
-    burnin = args.learning_starts // args.num_envs + args.measure_burnin + 1
+    # steps/s leaves out the iterations before learning starts (those with i * num_envs <= learning_starts) and
+    # --measure-burnin more
+    burnin = args.learning_starts // args.num_envs + 1 + args.measure_burnin
     with bk.Run(__file__, args, device, burnin=burnin) as run:
         # env setup
         envs = make_envs(args.env_id, args.num_envs)
@@ -307,6 +309,8 @@ def main(args):
             train_fn, q_network, target_network, optimizer, buffer, batch_size=args.batch_size, gamma=args.gamma
         )
         target_fn = partial(target_fn, target_network, q_network, args.tau)
+        # --measure-burnin's default (100 iterations) covers the update's compile, 5 warm-up calls and capture at
+        # --train-frequency 10 (the policy step and the buffer write are captured before learning starts)
         if args.cudagraphs:
             policy = CudaGraphModule(policy, warmup=5)
             add_fn = CudaGraphModule(add_fn, warmup=5)
@@ -340,19 +344,18 @@ def main(args):
             for episodic_return, episodic_length in bk.gym_episodes(infos):
                 run.episode(global_step, episodic_return, episodic_length)
 
-            # trick: the actions never leave the device for the buffer; non_blocking host-to-device copies, and the
-            # next obs uploaded once (a second upload only where an episode ended)
-            next_obs_t = torch.as_tensor(next_obs, dtype=torch.float32).to(device, non_blocking=True)
+            # trick: the next obs uploaded once (a second upload only where an episode ended)
+            next_obs_t = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
             real_next_obs_t = next_obs_t
             if "final_obs" in infos:
-                real_next_obs_t = torch.as_tensor(real_next_obs(next_obs, infos), dtype=torch.float32).to(device)
+                real_next_obs_t = torch.as_tensor(real_next_obs(next_obs, infos), dtype=torch.float32, device=device)
             # save data to the replay buffer: a truncated transition keeps its true last obs and bootstraps from it
             transition = dict(
                 obs=obs,
-                actions=actions,
-                rewards=torch.as_tensor(rewards, dtype=torch.float32).to(device, non_blocking=True),
+                actions=actions,  # trick: the actions never leave the device for the buffer
+                rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
                 next_obs=real_next_obs_t,
-                terminations=torch.as_tensor(terminations, dtype=torch.float32).to(device, non_blocking=True),
+                terminations=torch.as_tensor(terminations, dtype=torch.float32, device=device),
             )
             count = add_fn(count, transition)
 
@@ -368,13 +371,11 @@ def main(args):
                     target_fn()
             run.tick(global_step)
 
-            # log point: read the losses every 100 steps, and stop on a non-finite one
+            # log point every 100 steps, as CleanRL: read the losses in one go, stop on a non-finite one, log them
             if iteration % 100 == 0 or iteration == num_iterations - 1:
                 if stats is not None:
                     run.check_finite(global_step, {"td_loss": stats[0], "q_values": stats[1]})
-                if iteration % 1000 == 0:
-                    losses = {f"losses/{k}": v for k, v in run.losses.items()}
-                    run.report(global_step, {"charts/epsilon": epsilon, **losses})
+                run.report(global_step, {f"losses/{k}": v for k, v in run.losses.items()})  # CleanRL's keys
 
         envs.close()
         if args.save_model:
