@@ -39,8 +39,8 @@ class Args:
     """whether to save the model (and what evaluation needs) into the run folder at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    measure_burnin: int = 3
-    """iterations left out of the steps/s figure"""
+    measure_burnin: int = 100  # covers the twin's update warm-up and capture: 3 calls, one every 4 steps
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -201,7 +201,7 @@ def sample(store, batch_size):
 
 
 def update(q_network, target_network, optimizer, batch, gamma):
-    """One gradient step on the TD error of a batch; returns the detached loss and mean Q-value."""
+    """One gradient step on the TD error of a batch; returns the detached loss and mean Q-value, stacked."""
     with torch.no_grad():
         td_target = dqn_target(batch["rewards"], target_network(batch["next_obs"]), batch["terminations"], gamma)
     old_val = q_network(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)
@@ -209,7 +209,7 @@ def update(q_network, target_network, optimizer, batch, gamma):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
+    return torch.stack([loss.detach(), old_val.detach().mean()])
 
 
 def check_args(args):
@@ -279,9 +279,8 @@ def main(args):
     fits = device.type == "cuda" and need + 2 * 2**30 < torch.cuda.mem_get_info(device)[0]
     store_device = torch.device(args.buffer_device or (device.type if fits else "cpu"))
     bk.check_memory(__file__, f"--buffer-size {args.buffer_size}", need, store_device)
-    num_iterations = args.total_timesteps // args.num_envs
-
-    with bk.Run(__file__, args, device, buffer_device=store_device.type) as run:
+    burnin = (args.learning_starts + 1) // args.num_envs + args.measure_burnin  # the iterations up to learning_starts
+    with bk.Run(__file__, args, device, burnin=burnin, buffer_device=store_device.type) as run:
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
         n_actions = envs.action_space.n
@@ -292,7 +291,7 @@ def main(args):
 
         store = new_frame_store(args.num_envs, args.buffer_size, store_device)
         run.fields["buffer_bytes"] = sum(t.nbytes for t in store.values())
-        running_returns, zeros = np.zeros(args.num_envs), np.zeros(args.num_envs)
+        running, zeros = np.zeros((args.num_envs, 2)), np.zeros(args.num_envs)  # per env: the game's score, steps
 
         # TRY NOT TO MODIFY: start the game
         global_step, out = 0, None
@@ -300,7 +299,7 @@ def main(args):
         to_store = lambda x, dtype=None: torch.as_tensor(x, dtype=dtype).to(store_device)
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
         store_add(store, to_store(obs[:, -1]), to_store(zeros == 0), *no_step)
-        for iteration in run.progress(range(num_iterations)):
+        for _ in run.progress(range(args.total_timesteps // args.num_envs)):
             # ALGO LOGIC: put action logic here
             duration = args.exploration_fraction * args.total_timesteps
             epsilon = linear_schedule(args.start_e, args.end_e, duration, global_step)
@@ -314,8 +313,9 @@ def main(args):
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, rewards, terminations, truncations, info = envs.step(actions)
             game_over = info["terminated"].astype(bool) | truncations
-            for episodic_return in bk.game_returns(running_returns, info["reward"], game_over):
-                run.episode(global_step + args.num_envs, episodic_return)
+            score_and_steps = np.stack([info["reward"], zeros + 1], axis=1)  # a game's raw score and its length
+            for episodic_return, episodic_length in bk.game_returns(running, score_and_steps, game_over):
+                run.episode(global_step + args.num_envs, episodic_return, int(episodic_length))
 
             # save data to the replay memory: the newest frame once, and whether it began a game (envpool restarts the
             # stack only there). The sampler skips envpool's reset step after a done one, whose action is ignored
@@ -329,17 +329,17 @@ def main(args):
             for _ in train_steps:
                 batch = {k: v.to(device) for k, v in sample(store, args.batch_size).items()}
                 out = update(q_network, target_network, optimizer, batch, args.gamma)
-            # update the target network (its steps are training steps: a multiple of --train-frequency)
+            # update the target network after the iteration's gradient steps (its steps are training steps)
             if any(s % args.target_network_frequency == 0 for s in train_steps):
                 target_network.load_state_dict(q_network.state_dict())
             global_step += args.num_envs
 
             run.tick(global_step)
-            if iteration % 100 == 0:  # log point: the losses come to the host every 100 iterations
-                losses = run.check_finite(global_step, out) if out is not None else {}
+            if any(s % 100 == 0 for s in covered):  # log point every 100 steps, the losses at training steps as CleanRL
+                losses = run.check_finite(global_step, dict(zip(("td_loss", "q_values"), out))) if train_steps else {}
                 run.report(global_step, {"charts/epsilon": epsilon, **{f"losses/{k}": v for k, v in losses.items()}})
 
-        run.check_finite(global_step, out)  # check_args leaves at least one training step in the budget
+        run.check_finite(global_step, dict(zip(("td_loss", "q_values"), out)))  # check_args leaves a training step
         envs.close()
         if args.save_model:
             bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=q_network.state_dict())

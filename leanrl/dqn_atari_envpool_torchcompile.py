@@ -41,8 +41,8 @@ class Args:
     """whether to save the model (and what evaluation needs) into the run folder at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    measure_burnin: int = 3
-    """iterations left out of the steps/s figure"""
+    measure_burnin: int = 100  # covers the twin's update warm-up and capture: 3 calls, one every 4 steps
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -210,7 +210,7 @@ def sample(store, batch_size):
 
 
 def update(q_network, target_network, optimizer, batch, gamma):
-    """One gradient step on the TD error of a batch; returns the detached loss and mean Q-value."""
+    """One gradient step on the TD error of a batch; returns the detached loss and mean Q-value, stacked."""
     with torch.no_grad():
         td_target = dqn_target(batch["rewards"], target_network(batch["next_obs"]), batch["terminations"], gamma)
     old_val = q_network(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)
@@ -218,13 +218,14 @@ def update(q_network, target_network, optimizer, batch, gamma):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
+    return torch.stack([loss.detach(), old_val.detach().mean()])
 
 
 def train_step(q_network, target_network, optimizer, store, batch_size, gamma, copy_target):
     """Sample, update, and copy the Q-network to the target network where copy_target (a bool tensor) is set."""
     # trick: the whole training step is one function of device tensors, so that it compiles and is captured whole;
-    # the periodic target copy is a masked copy in the graph (copy_target lives on the training device)
+    # the periodic target copy is a masked copy in the graph (copy_target lives on the training device). It returns
+    # update()'s one stacked tensor: a CUDA-graph replay clones each output, one clone for both logged scalars
     batch = {key: value.to(copy_target.device, non_blocking=True) for key, value in sample(store, batch_size).items()}
     out = update(q_network, target_network, optimizer, batch, gamma)
     with torch.no_grad():
@@ -312,9 +313,8 @@ def main(args):
     bk.check_memory(__file__, f"--buffer-size {args.buffer_size}", need, store_device)
     if args.cudagraphs and store_device != device:  # the captured training step samples the replay memory
         bk.fail(__file__, "--cudagraphs needs the replay memory on the GPU (see --buffer-device, --buffer-size)")
-    num_iterations = args.total_timesteps // args.num_envs
-
-    with bk.Run(__file__, args, device, buffer_device=store_device.type) as run:
+    burnin = (args.learning_starts + 1) // args.num_envs + args.measure_burnin  # the iterations up to learning_starts
+    with bk.Run(__file__, args, device, burnin=burnin, buffer_device=store_device.type) as run:
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
         n_actions = envs.action_space.n
@@ -329,7 +329,7 @@ def main(args):
 
         store = new_frame_store(args.num_envs, args.buffer_size, store_device)
         run.fields["buffer_bytes"] = sum(t.nbytes for t in store.values())
-        running_returns, zeros = np.zeros(args.num_envs), np.zeros(args.num_envs)
+        running, zeros = np.zeros((args.num_envs, 2)), np.zeros(args.num_envs)  # per env: the game's score, steps
         # trick: the policy step, the replay write and the training step as functions of device tensors, so that each
         # compiles and is captured whole; epsilon and the target-copy flag are tensors: no recompile as they change
         policy, add = partial(epsilon_greedy, q_network), partial(store_add, store)
@@ -349,13 +349,19 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step, out = 0, None
         obs, _ = envs.reset()
-        # trick: non_blocking host-to-device copies; the obs stack goes to the device once, for the policy and the store
-        to_device = lambda x, dtype=None, device=device: torch.as_tensor(x, dtype=dtype).to(device, non_blocking=True)
+
+        # trick: host data goes to the GPU through pinned memory, so that a non_blocking copy does not make the host
+        # wait (from pageable memory it may); PyTorch keeps a pinned block until its copy is done. The obs stack goes
+        # to the device once, for the policy and the store
+        def to_device(x, dtype=None, device=device):
+            x = torch.as_tensor(x, dtype=dtype)
+            return (x.pin_memory() if device.type == "cuda" else x).to(device, non_blocking=True)
+
         to_store = partial(to_device, device=store_device)
         obs = to_device(obs)
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
         store_add(store, obs[:, -1].to(store_device), to_store(zeros == 0), *no_step)
-        for iteration in run.progress(range(num_iterations)):
+        for _ in run.progress(range(args.total_timesteps // args.num_envs)):
             # ALGO LOGIC: put action logic here
             duration = args.exploration_fraction * args.total_timesteps
             epsilon = linear_schedule(args.start_e, args.end_e, duration, global_step)
@@ -365,8 +371,9 @@ def main(args):
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, rewards, terminations, truncations, info = envs.step(actions.cpu().numpy())
             game_over = info["terminated"].astype(bool) | truncations
-            for episodic_return in bk.game_returns(running_returns, info["reward"], game_over):
-                run.episode(global_step + args.num_envs, episodic_return)
+            score_and_steps = np.stack([info["reward"], zeros + 1], axis=1)  # a game's raw score and its length
+            for episodic_return, episodic_length in bk.game_returns(running, score_and_steps, game_over):
+                run.episode(global_step + args.num_envs, episodic_return, int(episodic_length))
 
             # save data to the replay memory: the newest frame once, and whether it began a game (envpool restarts the
             # stack only there). The sampler skips envpool's reset step after a done one, whose action is ignored
@@ -377,19 +384,18 @@ def main(args):
             # ALGO LOGIC: training at CleanRL's steps: s > learning_starts and s % train_frequency == 0
             covered = range(global_step, global_step + args.num_envs)
             train_steps = [s for s in covered if s > args.learning_starts and s % args.train_frequency == 0]
-            # update the target network (its steps are training steps: a multiple of --train-frequency), after the
-            # iteration's last gradient step
+            # update the target network after the iteration's gradient steps (its steps are training steps)
             copy = any(s % args.target_network_frequency == 0 for s in train_steps)
             for i in range(len(train_steps)):
                 out = update_step(copy_yes if copy and i == len(train_steps) - 1 else copy_no)
             global_step += args.num_envs
 
             run.tick(global_step)
-            if iteration % 100 == 0:  # log point: the losses come to the host every 100 iterations
-                losses = run.check_finite(global_step, out) if out is not None else {}
+            if any(s % 100 == 0 for s in covered):  # log point every 100 steps, the losses at training steps as CleanRL
+                losses = run.check_finite(global_step, dict(zip(("td_loss", "q_values"), out))) if train_steps else {}
                 run.report(global_step, {"charts/epsilon": epsilon, **{f"losses/{k}": v for k, v in losses.items()}})
 
-        run.check_finite(global_step, out)  # check_args leaves at least one training step in the budget
+        run.check_finite(global_step, dict(zip(("td_loss", "q_values"), out)))  # check_args leaves a training step
         envs.close()
         if args.save_model:
             bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=q_network.state_dict())

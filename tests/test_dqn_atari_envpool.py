@@ -3,12 +3,15 @@ the scripts end to end on CPU."""
 
 import copy
 import math
+import re
 import sys
+from pathlib import Path
 
 import envpool
 import numpy as np
 import pytest
 import torch
+import tyro
 from conftest import (
     args_from_flags,
     assert_finite_results_line,
@@ -16,9 +19,12 @@ from conftest import (
     assert_summary_matches,
     load_script,
     run_script,
+    strict_json,
 )
+from gpu_standin import host_reads, run_main
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from regression import PAIRS
 
 from leanrl import bookkeeping as bk
 
@@ -567,3 +573,151 @@ def test_eval_checkpoint_that_is_not_one_exits_2_with_one_line(mods, name, capsy
     (tmp_path / "not_a_checkpoint.pt").write_text("not a checkpoint\n")
     args = args_from_flags(mods[name], ("--eval-checkpoint", str(tmp_path / "not_a_checkpoint.pt")))
     assert_main_exits_2_with_one_line(mods[name], name, args, "--eval-checkpoint", capsys, tmp_path)
+
+
+# ---------------------------------------------------------------- the GPU path on the CPU, the speed window, the logs
+
+# the tiny regression flags (tests/regression.py): 600 steps of one env, learning after step 200, an update every 4
+REGRESSION = list(PAIRS[EAGER])
+
+# Every host read of a twin run at those flags, by line (issue 16 item 3): a new one fails here, naming its line.
+HOST_READS = {
+    # the actions go to the host once per env step, to step the env (.cpu() waits for the policy step; .numpy() then
+    # views the host copy)
+    "cpu at dqn_atari_envpool_torchcompile.py: next_obs, rewards, terminations, truncations, info = "
+    "envs.step(actions.cpu().numpy())": 600,
+    "numpy at dqn_atari_envpool_torchcompile.py: next_obs, rewards, terminations, truncations, info = "
+    "envs.step(actions.cpu().numpy())": 600,
+    # the two logged scalars, in one read, at each log point with a training step (steps 300, 400 and 500: every
+    # 100 steps once learning started), and once more at the end for the results line
+    "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": 4,
+}
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True], ids=["plain", "cudagraphs"])
+def test_twin_host_reads_are_the_pinned_ones(mods, cudagraphs, tmp_path):
+    with host_reads() as reads:
+        line, _ = run_main(mods[TWIN], REGRESSION, tmp_path, cudagraphs=cudagraphs)
+    assert line["status"] == "ok" and line["steps"] == 600
+    assert dict(reads) == HOST_READS
+
+
+def test_twin_step_functions_run_on_the_meta_device(mods):
+    """Device hygiene (issue 16 item 4): the policy step, the store write, the sampler, the target and the training
+    step run on the meta device, where a host read raises and a tensor made without device= lands on the CPU and
+    clashes with the meta ones (a 0-d one passes as a scalar, as on CUDA: every output is checked to be on meta).
+
+    The twin's fused Adam refuses meta parameters at its step (no meta kernel), and a capturable Adam asserts a GPU:
+    the training step runs here with PyTorch's plain Adam (its step count a CPU scalar); the rest is the twin's."""
+    twin, meta = mods[TWIN], torch.device("meta")
+    q_network, target_network = twin.QNetwork(4).to(meta), twin.QNetwork(4).to(meta)
+    obs = torch.empty(3, 4, 84, 84, dtype=torch.uint8, device=meta)
+    actions = twin.epsilon_greedy(q_network, obs, torch.tensor(0.5, device=meta))
+    assert actions.device == meta and actions.shape == (3,) and actions.dtype == torch.long
+    store = twin.new_frame_store(3, 30, meta)
+    assert all(t.device == meta for t in store.values())
+    zeros = torch.zeros(3, device=meta)
+    twin.store_add(store, obs[:, -1], zeros.bool(), actions, zeros, zeros.bool())
+    env, pos = twin.sample_indices(store, 8)
+    assert env.device == pos.device == meta and env.shape == pos.shape == (8,)
+    assert twin.stack_frames(store, env, pos).device == meta
+    batch = twin.sample(store, 8)
+    assert all(value.device == meta for value in batch.values()) and batch["next_obs"].shape == (8, 4, 84, 84)
+    target = twin.dqn_target(batch["rewards"], target_network(batch["next_obs"]), batch["terminations"], 0.99)
+    assert target.device == meta and target.shape == (8,)
+    copy_target = torch.tensor(True, device=meta)
+    fused = torch.optim.Adam(q_network.parameters(), lr=1e-4, fused=True)
+    with pytest.raises(RuntimeError, match="fused=True"):  # at its step, after the sampler, the loss and backward()
+        twin.train_step(q_network, target_network, fused, store, 8, 0.99, copy_target)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4)
+    out = twin.train_step(q_network, target_network, optimizer, store, 8, 0.99, copy_target)
+    assert out.device == meta and out.shape == (2,)  # one tensor: td_loss and q_values
+
+
+def main_in_process(module, flags, tmp_path):
+    """module.main() on the CPU in this process (gpu_standin.run_main takes twins only: it reads --compile). Returns
+    the results line and the return curve [(step, return)]."""
+    results = tmp_path / "results.jsonl"
+    module.main(tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(results)]))
+    (line,) = [strict_json(text) for text in results.read_text().splitlines()]
+    rows = (tmp_path / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
+    return line, [(int(row.split(",")[0]), float(row.split(",")[2])) for row in rows]
+
+
+def speed_flags(total, measure_burnin):
+    """The tiny regression flags with another budget and --measure-burnin (the last of a repeated flag counts)."""
+    return [*REGRESSION, "--total-timesteps", str(total), "--measure-burnin", str(measure_burnin)]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_steps_per_second_leave_out_the_first_update(mods, name, monkeypatch, tmp_path):
+    """Issue 16 item 6: the steps/s window opens --measure-burnin iterations after learning starts, so that the
+    update's compilation and CUDA-graph capture stay out of it. A fake clock: every iteration takes one second, and
+    the first update (the compile) 1000 more. Counting iterations from 1: learning starts after the 201st (steps
+    0-200), the first update is at step 204, in the 205th."""
+    module = mods[name]
+    clock = type("FakeClock", (), {"now": 1e9, "time": lambda self: self.now})()
+    monkeypatch.setattr(bk, "time", clock)
+    tick = bk.Run.tick
+
+    def one_second_later(run, step):
+        clock.now += 1.0
+        tick(run, step)
+
+    monkeypatch.setattr(bk.Run, "tick", one_second_later)
+    update, calls = module.update, []
+
+    def slow_first_update(*args, **kwargs):
+        calls.append(clock.now)
+        clock.now += 1000.0 if len(calls) == 1 else 0.0
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(module, "update", slow_first_update)  # the twin's train_step calls it too
+    (tmp_path / "4").mkdir()
+    line, _ = main_in_process(module, speed_flags(300, 4), tmp_path / "4")
+    assert len(calls) == 24 and line["steps"] == 300
+    assert line["sps"] == pytest.approx(1.0)  # iterations 206-300, one second each: the slow update left out
+    (tmp_path / "3").mkdir()
+    calls.clear()
+    line, _ = main_in_process(module, speed_flags(300, 3), tmp_path / "3")
+    assert line["sps"] == pytest.approx(96 / 1096)  # one iteration fewer left out: the window has the slow update
+
+
+def test_default_burnin_covers_the_update_warm_up_and_capture(mods):
+    """The update's CudaGraphModule runs `warmup` - 1 warm-up calls, then captures, one call every --train-frequency
+    steps from the first training step (at most --train-frequency steps after learning starts)."""
+    source = Path(mods[TWIN].__file__).read_text()
+    (warmup,) = re.findall(r"CudaGraphModule\(update_step, warmup=(\d+)\)", source)
+    for name in SCRIPTS:
+        args = mods[name].Args()
+        assert args.measure_burnin == 100 and args.num_envs == 1
+        # the capture is at most warmup * train_frequency iterations after learning starts; a margin of twice that
+        assert args.measure_burnin >= 2 * int(warmup) * args.train_frequency
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_track_logs_cleanrls_keys(mods, name, fake_wandb, tmp_path):
+    """Issue 17 item 5: CleanRL's dqn_atari keys, charts/SPS every 100 steps, the losses every 100 steps once
+    learning started (CleanRL logs them at training steps s with s % 100 == 0), a game's score and length per game,
+    and the values the results line reports. Steps are env steps done (a step s logs at s + 1)."""
+    line, curve = main_in_process(mods[name], [*REGRESSION, "--total-timesteps", "601", "--track"], tmp_path)
+    assert fake_wandb.finished and fake_wandb.config["name"] == line["run_name"]
+    assert fake_wandb.keys() == {
+        "charts/SPS",
+        "charts/epsilon",
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "losses/td_loss",
+        "losses/q_values",
+    }
+    steps_of = lambda key: [step for step, data in fake_wandb.logs if key in data]  # noqa: E731
+    assert steps_of("charts/SPS") == [1, 101, 201, 301, 401, 501, 601]
+    assert steps_of("losses/td_loss") == steps_of("losses/q_values") == [301, 401, 501, 601]
+    last = [data for _, data in fake_wandb.logs if "losses/td_loss" in data][-1]
+    assert {"td_loss": last["losses/td_loss"], "q_values": last["losses/q_values"]} == line["losses"]
+    games = [(step, data) for step, data in fake_wandb.logs if "charts/episodic_return" in data]
+    assert len(games) == line["episodes"] >= 2
+    assert [(step, data["charts/episodic_return"]) for step, data in games] == curve
+    # one env: a game begins right after the previous one ended, and its length counts every step it took
+    ends = [0] + [step for step, _ in games]
+    assert [data["charts/episodic_length"] for _, data in games] == [b - a for a, b in zip(ends, ends[1:])]
