@@ -39,7 +39,7 @@ class Args:
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100
-    """vector-env steps after --learning-starts left out of the steps/s figure (the update compiles in them)"""
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -212,9 +212,9 @@ def critic_update(actor_target, qf1, qf2, qf1_target, qf2_target, q_optimizer, b
     q_optimizer.zero_grad()
     qf_loss.backward()
     q_optimizer.step()
-    return dict(
-        qf_loss=qf_loss.detach() / 2.0, qf1_values=qf1_a_values.mean().detach(), qf2_values=qf2_a_values.mean().detach()
-    )
+    # the statistics CleanRL logs, in its order (its qf_loss is the mean of the two losses)
+    stats = dict(qf1_values=qf1_a_values.mean(), qf2_values=qf2_a_values.mean(), qf1_loss=qf1_loss, qf2_loss=qf2_loss)
+    return {key: value.detach() for key, value in dict(stats, qf_loss=qf_loss / 2.0).items()}
 
 
 def actor_update(actor, qf1, actor_optimizer, obs):
@@ -238,7 +238,7 @@ def train_step(
     batch_size, gamma, tau, policy_noise, noise_clip,
 ):  # fmt: skip
     """Store the vector step's transitions, sample a batch, update the critic; on policy steps also the actor and then
-    all the targets. Returns (new count, dict of detached statistics)."""
+    all the targets. Returns (new count, the detached statistics)."""
     count = buffer_add(buffer, count, transition)
     batch = buffer_sample(buffer, count, batch_size)
     stats = critic_update(
@@ -262,6 +262,8 @@ def check_args(args):
         bk.fail(__file__, f"--learning-starts must be >= 0, got {args.learning_starts}")
     if args.batch_size > args.buffer_size:
         bk.fail(__file__, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    if args.num_envs > args.buffer_size:  # one vector step would overwrite its own rows
+        bk.fail(__file__, f"--num-envs {args.num_envs} is larger than --buffer-size {args.buffer_size}")
     if args.total_timesteps < args.num_envs:
         bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one step of --num-envs "
                 f"{args.num_envs} envs")  # fmt: skip
@@ -314,7 +316,9 @@ def main(args):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    # steps/s: the iterations before learning starts and --measure-burnin more are left out
+    # steps/s: the iterations before learning starts (learning = global_step > learning_starts) and --measure-burnin
+    # more are left out. The twin's update variants (with and without the actor) compile at their first calls and are
+    # captured at their 5th (CudaGraphModule's warmup): within 5 * --policy-frequency learning iterations
     burnin = args.learning_starts // args.num_envs + 1 + args.measure_burnin
     with bk.Run(__file__, args, device, burnin=burnin) as run:
         # env setup
@@ -343,8 +347,8 @@ def main(args):
         for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:
-                actions = np.random.uniform(space.low, space.high, (args.num_envs, act_dim)).astype(np.float32)
-                actions = torch.as_tensor(actions, device=device)
+                env_actions = np.random.uniform(space.low, space.high, (args.num_envs, act_dim)).astype(np.float32)
+                actions = torch.as_tensor(env_actions, device=device)  # for the buffer: the env takes them as they are
             else:
                 with torch.no_grad():
                     actions = actor(obs)
@@ -352,9 +356,10 @@ def main(args):
                         actions, torch.randn_like(actions), args.exploration_noise, actor.action_scale,
                         actor.action_low, actor.action_high,
                     )  # fmt: skip
+                env_actions = actions.cpu().numpy()
 
             # TRY NOT TO MODIFY: execute the game and log data.
-            next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
+            next_obs, rewards, terminations, truncations, infos = envs.step(env_actions)
             learning = global_step > args.learning_starts
             global_step += args.num_envs
             for episodic_return, episodic_length in bk.gym_episodes(infos):
@@ -386,7 +391,8 @@ def main(args):
 
             # log point: read the losses every 100 steps, and stop on a non-finite one
             if iteration % 100 == 0 or iteration == num_iterations - 1:
-                losses.update(stats)  # a step without the actor's update has no actor loss: the last one read stays
+                # a step without the actor's update has no actor loss: the last one read stays
+                losses.update(stats)
                 run.report(global_step, {f"losses/{k}": v for k, v in run.check_finite(global_step, losses).items()})
 
         envs.close()

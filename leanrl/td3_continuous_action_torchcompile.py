@@ -43,7 +43,7 @@ class Args:
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100
-    """vector-env steps after --learning-starts left out of the steps/s figure (the update compiles in them)"""
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -215,10 +215,9 @@ def buffer_add(buffer, count, transition):
 def buffer_sample(buffer, count, batch_size, generator=None):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = count.clamp(max=buffer["obs"].shape[0])
-    # trick: torch.randint needs its bound on the host (a sync); scale uniform draws by the device-side size instead
-    # (the clamp guards float32 rounding up to `size` itself)
-    u = torch.rand(batch_size, device=buffer["obs"].device, generator=generator)
-    idx = torch.minimum((u * size).long(), size - 1)
+    # trick: torch.randint needs its bound on the host (a sync): exact integers in [0, 2**62) modulo the device-side
+    # size instead (a row's odds off by size / 2**62 at most; float32 draws * size favour some of 1M rows by 6%)
+    idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device, generator=generator) % size
     return {key: value[idx] for key, value in buffer.items()}
 
 
@@ -266,9 +265,9 @@ def critic_update(actor_target, qnet, qnet_params, qnet_target, q_optimizer, bat
     # trick: the gradients from torch.autograd.grad, not backward() into .grad: traced into the compiled graph (see
     # main), with no .grad to zero
     adam_step(q_optimizer, torch.autograd.grad(qf_loss, q_optimizer["params"]))
-    return dict(
-        qf_loss=qf_loss.detach() / 2.0, qf1_values=qf1_a_values.mean().detach(), qf2_values=qf2_a_values.mean().detach()
-    )
+    # the statistics CleanRL logs, in its order (its qf_loss is the mean of the two losses)
+    stats = dict(qf1_values=qf1_a_values.mean(), qf2_values=qf2_a_values.mean(), qf1_loss=qf1_loss, qf2_loss=qf2_loss)
+    return {key: value.detach() for key, value in dict(stats, qf_loss=qf_loss / 2.0).items()}
 
 
 def actor_update(actor, qnet, qnet_params, actor_optimizer, obs):
@@ -295,7 +294,7 @@ def train_step(
     batch_size, gamma, tau, policy_noise, noise_clip,
 ):  # fmt: skip
     """Store the vector step's transitions, sample a batch, update the critic; on policy steps also the actor and then
-    all the targets. Returns (new count, dict of detached statistics)."""
+    all the targets. Returns (new count, the detached statistics)."""
     count = buffer_add(buffer, count, transition)
     batch = buffer_sample(buffer, count, batch_size)
     stats = critic_update(
@@ -306,7 +305,11 @@ def train_step(
         # update the target network
         update_targets(list(actor_target.parameters()) + list(qnet_target.values(True, True)),
                        list(actor.parameters()) + list(qnet_params.values(True, True)), tau)  # fmt: skip
-    return count, stats
+    # trick: the statistics as one tensor (in STATS order), not a dict: a CUDA-graph replay clones each output
+    return count, torch.stack(list(stats.values()))
+
+
+STATS = ("qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss")  # train_step's, in order
 
 
 def check_args(args):
@@ -319,6 +322,8 @@ def check_args(args):
         bk.fail(__file__, f"--learning-starts must be >= 0, got {args.learning_starts}")
     if args.batch_size > args.buffer_size:
         bk.fail(__file__, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    if args.num_envs > args.buffer_size:  # one vector step would overwrite its own rows
+        bk.fail(__file__, f"--num-envs {args.num_envs} is larger than --buffer-size {args.buffer_size}")
     if args.total_timesteps < args.num_envs:
         bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one step of --num-envs "
                 f"{args.num_envs} envs")  # fmt: skip
@@ -371,14 +376,15 @@ def main(args):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    # steps/s: the iterations before learning starts and --measure-burnin more are left out
+    # steps/s: the iterations before learning starts (learning = global_step > learning_starts) and --measure-burnin
+    # more are left out. The twin's update variants (with and without the actor) compile at their first calls and are
+    # captured at their 5th (CudaGraphModule's warmup): within 5 * --policy-frequency learning iterations
     burnin = args.learning_starts // args.num_envs + 1 + args.measure_burnin
     with bk.Run(__file__, args, device, burnin=burnin) as run:
         # env setup
         envs = make_envs(args.env_id, args.num_envs)
         # trick: TF32 matmuls on GPUs that have them
         torch.set_float32_matmul_precision("high")
-
         obs_dim, space = envs.single_observation_space.shape[0], envs.single_action_space
         act_dim = space.shape[0]
         actor = Actor(obs_dim, space.low, space.high).to(device)
@@ -434,14 +440,15 @@ def main(args):
         for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:
-                actions = np.random.uniform(space.low, space.high, (args.num_envs, act_dim)).astype(np.float32)
-                actions = torch.as_tensor(actions, device=device)
+                env_actions = np.random.uniform(space.low, space.high, (args.num_envs, act_dim)).astype(np.float32)
+                actions = torch.as_tensor(env_actions, device=device)  # for the buffer: the env takes them as they are
             else:
                 with torch.no_grad():
                     actions = policy(obs)
+                env_actions = actions.cpu().numpy()
 
             # TRY NOT TO MODIFY: execute the game and log data.
-            next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
+            next_obs, rewards, terminations, truncations, infos = envs.step(env_actions)
             learning = global_step > args.learning_starts
             global_step += args.num_envs
             for episodic_return, episodic_length in bk.gym_episodes(infos):
@@ -449,18 +456,17 @@ def main(args):
 
             # save data to the replay buffer: a truncated episode's transition keeps its true last obs (and
             # bootstraps from it); only a terminated one stops the bootstrap
-            # trick: the actions never leave the device for the buffer; non_blocking host-to-device copies, and the
-            # next obs uploaded once (a second upload only where an episode ended)
-            next_obs_t = torch.as_tensor(next_obs, dtype=torch.float32).to(device, non_blocking=True)
+            # trick: the next obs uploaded once (a second upload only where an episode ended)
+            next_obs_t = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
             real_next_obs_t = next_obs_t
             if "final_obs" in infos:
-                real_next_obs_t = torch.as_tensor(real_next_obs(next_obs, infos), dtype=torch.float32).to(device)
+                real_next_obs_t = torch.as_tensor(real_next_obs(next_obs, infos), dtype=torch.float32, device=device)
             transition = dict(
                 obs=obs,
                 actions=actions,
-                rewards=torch.as_tensor(rewards, dtype=torch.float32).to(device, non_blocking=True),
+                rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
                 next_obs=real_next_obs_t,
-                terminations=torch.as_tensor(terminations, dtype=torch.float32).to(device, non_blocking=True),
+                terminations=torch.as_tensor(terminations, dtype=torch.float32, device=device),
             )
 
             # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
@@ -468,8 +474,7 @@ def main(args):
 
             # ALGO LOGIC: training.
             if learning:
-                # trick: one call (one CUDA-graph replay) writes the transition, samples and updates; no .item() here:
-                # the losses stay on the device until a log point
+                # trick: one call (one CUDA-graph replay) writes, samples and updates; the losses stay on the device
                 count, stats = train_fns[iteration % args.policy_frequency == 0](count, transition)
             else:
                 count = add_fn(count, transition)
@@ -477,7 +482,8 @@ def main(args):
 
             # log point: read the losses every 100 steps, and stop on a non-finite one
             if iteration % 100 == 0 or iteration == num_iterations - 1:
-                losses.update(stats)  # a step without the actor's update has no actor loss: the last one read stays
+                # a step without the actor's update has no actor loss: the last one read stays
+                losses.update(zip(STATS, stats))
                 run.report(global_step, {f"losses/{k}": v for k, v in run.check_finite(global_step, losses).items()})
 
         envs.close()

@@ -1,7 +1,9 @@
 """TD3 continuous-action pair: the math against float64 references, the replay buffer (wrap-around, filled rows only,
 true final observations with several envs), the twin against the eager script (vmap over stacked Q-parameters, fused
-target update, compiled update, graph breaks, no recompile), the scripts as subprocesses on CPU (smoke, save and
-evaluate, determinism, divergence, bad input) and learning on InvertedPendulum-v4."""
+target update, compiled update, graph breaks, no recompile), uniform replay sampling at 1M rows, the GPU path on the CPU
+(meta-device step functions, pinned host reads, CUDA-graph outputs, the steps/s window, CleanRL's wandb keys), the
+scripts as subprocesses on CPU (smoke, save and evaluate, determinism, divergence, bad input) and learning on
+InvertedPendulum-v4."""
 
 import copy
 import csv
@@ -9,6 +11,9 @@ import csv
 import numpy as np
 import pytest
 import torch
+import torch.utils._python_dispatch
+import torch.utils._pytree
+import tyro
 from conftest import (
     args_from_flags,
     assert_finite_results_line,
@@ -17,6 +22,7 @@ from conftest import (
     assert_summary_matches,
     load_script,
     run_script,
+    strict_json,
 )
 from tensordict import TensorDict
 
@@ -214,6 +220,7 @@ def test_twin_updates_equal_eager_updates(float64):
         got = twin.critic_update(t_actor_target, qnet, params, target, t_q_opt, b, 0.99, 0.2, 0.5)
         got["actor_loss"] = twin.actor_update(t_actor, qnet, params, t_a_opt, b["obs"])
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert list(got) == list(want) == list(twin.STATS), "the twin's train_step stacks them in STATS order"
         eager.update_targets(params_of(actor_target, qf1_target, qf2_target), params_of(actor, qf1, qf2), 0.005)
         twin.update_targets(
             params_of(t_actor_target) + list(target.values(True, True)),
@@ -279,11 +286,7 @@ def test_compiled_train_step_equals_the_uncompiled_one_without_recompiles():
             with torch._dynamo.config.patch(error_on_recompile=call > 1):
                 counts[1], got = call_train_step(compiled, comp, counts[1], transition, policy_update)
             assert int(counts[1]) == int(counts[0]) == 65 + call
-            assert (
-                set(got)
-                == set(want)
-                == {"qf_loss", "qf1_values", "qf2_values"} | ({"actor_loss"} if policy_update else set())
-            )
+            assert got.shape == want.shape == (6 if policy_update else 5,)  # the statistics stacked, in STATS order
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
             for key in ("actor", "actor_target", "params"):
                 torch.testing.assert_close(comp[key].state_dict(), ref[key].state_dict(), rtol=1e-4, atol=1e-5)
@@ -303,6 +306,228 @@ def test_policy_step_compiles_whole():
     # the actor's action plus N(0, (3 * 0.1)^2) noise
     torch.testing.assert_close(draws.mean(0), actor(obs).detach(), atol=0.06, rtol=0)
     assert ((draws.std(0) - 0.3).abs() < 0.05).all(), draws.std(0)
+
+
+# ---------------------------------------------------------------- replay sampling
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_replay_sampling_is_uniform_over_a_million_rows(name):
+    """Issue 16 item 7: a chi-square test of 32M draws from a full 1M-row buffer. The twin's old sampler scaled
+    float32 uniforms by the size: a float32 in [0, 1) has 2**24 values, so 16 of them fall on some rows and 17 on
+    others (6% more draws): at 32 draws a row, its statistic came out 13-15 standard deviations above its degrees of
+    freedom. Exact integers give one within a few standard deviations."""
+    size, draws, calls = 10**6, 4 * 10**6, 8
+    # only the row numbers are stored: the sampler indexes every field, and a (size, 0) obs costs nothing
+    buffer = dict(obs=torch.empty(size, 0), rewards=torch.arange(size, dtype=torch.int32))
+    count = size if name == EAGER else torch.tensor(size)
+    torch.manual_seed(0)
+    counts = torch.zeros(size, dtype=torch.long)
+    for _ in range(calls):
+        counts += torch.bincount(MODULES[name].buffer_sample(buffer, count, draws)["rewards"].long(), minlength=size)
+    expected = draws * calls / size
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    # Poisson counts: each term has mean 1 and variance 2 + 1 / expected
+    z = (chi2 - size) / (size * (2 + 1 / expected)) ** 0.5
+    assert abs(z) < 5, z
+
+
+# ---------------------------------------------------------------- the GPU path on the CPU (tests/gpu_standin.py)
+
+
+def in_process(name, flags, tmp_path, cudagraphs=False):
+    """main() of a script in this process on the CPU (the twin through gpu_standin.run_main: Adam capturable as on
+    CUDA, --cudagraphs on the CPU stand-in); returns (results line, [(step, return)] of its curve)."""
+    from gpu_standin import run_main
+
+    if name == TWIN:
+        return run_main(twin, flags, tmp_path, cudagraphs=cudagraphs)
+    results = tmp_path / "results.jsonl"
+    eager.main(tyro.cli(eager.Args, args=[*flags, "--no-cuda", "--results-file", str(results)]))
+    [line] = [strict_json(text) for text in results.read_text().splitlines()]
+    rows = (tmp_path / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
+    return line, [(int(row.split(",")[0]), float(row.split(",")[2])) for row in rows]
+
+
+class OffMeta(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records every op whose output is not on the meta device (a tensor made without device= lands on the CPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.found = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        leaves = torch.utils._pytree.tree_flatten(out)[0]
+        self.found += [str(func) for t in leaves if isinstance(t, torch.Tensor) and t.device.type != "meta"]
+        return out
+
+
+def test_twin_step_functions_run_on_the_meta_device():
+    """Issue 16 item 4: the twin's pure step functions (policy step, buffer write, sampler, target smoothing and
+    target, the critic and actor updates with Adam as tensor ops, the fused target update, and train_step, both
+    variants) run on the `meta` device: a meta tensor has no data, so a host read raises; a tensor made without
+    device= lands on the CPU, which OffMeta records. Every function runs: each op has a meta kernel."""
+    meta = torch.device("meta")
+    actor, qf1, qf2 = (module.to(meta) for module in networks(4, 1))
+    actor_target = copy.deepcopy(actor)
+    params, qnet = stacked(qf1, qf2, 4, 1)
+    target = params.data.clone()
+    transition = {key: value.to(meta) for key, value in random_batch(3, 0, 4, 1).items()}
+    with OffMeta() as off_meta:
+        torch.zeros(1)
+        assert off_meta.found == ["aten.zeros.default"], "the check sees a tensor made on the CPU"
+        off_meta.found.clear()
+        q_opt, a_opt = twin.make_adam(list(params.parameters()), 3e-4), twin.make_adam(list(actor.parameters()), 3e-4)
+        buffer, count = twin.make_buffer(100, 4, 1, meta), torch.zeros((), dtype=torch.long, device=meta)
+        with torch.no_grad():
+            actions = twin.act(actor, transition["obs"], 0.1)
+        count = twin.buffer_add(buffer, count, dict(transition, actions=actions))
+        batch = twin.buffer_sample(buffer, count, 32)
+        next_actions = twin.target_policy_smoothing(
+            actor_target(batch["next_obs"]), torch.randn_like(batch["actions"]), 0.2, 0.5, actor.action_scale,
+            actor.action_low, actor.action_high,
+        )  # fmt: skip
+        next_q1, next_q2 = twin.q_values(qnet, target, batch["next_obs"], next_actions)
+        y = twin.clipped_double_q_target(batch["rewards"], batch["terminations"], next_q1, next_q2, 0.99)
+        stats = twin.critic_update(actor_target, qnet, params, target, q_opt, batch, 0.99, 0.2, 0.5)
+        stats["actor_loss"] = twin.actor_update(actor, qnet, params, a_opt, batch["obs"])
+        twin.update_targets(list(target.values(True, True)), list(params.data.values(True, True)), 0.005)
+        learner = dict(actor=actor, actor_target=actor_target, qnet=qnet, params=params, target=target)
+        learner.update(q_opt=q_opt, a_opt=a_opt, buffer=buffer)
+        steps = [call_train_step(twin.train_step, learner, count, transition, update) for update in (False, True)]
+    assert off_meta.found == []
+    outputs = [actions, count, *batch.values(), y, *stats.values(), *q_opt["exp_avg"], a_opt["step"]]
+    assert all(t.device == meta for t in outputs + [t for step in steps for t in step])
+    assert [tuple(step_stats.shape) for _, step_stats in steps] == [(5,), (6,)] and batch["obs"].shape == (32, 4)
+
+
+# what the twin reads to the host over the tiny regression run (500 steps, the first 100 with random actions, a
+# log point every 100 iterations), line by line: a new read fails here, naming its line
+ENV_ACTIONS = "env_actions = actions.cpu().numpy()"
+HOST_READS = {
+    # the actions of each of the 400 policy steps, to step the env (.numpy() of the host copy is counted too; it
+    # reads no GPU). The 100 random steps read nothing: the env takes their numpy actions as they are
+    f"cpu at td3_continuous_action_torchcompile.py: {ENV_ACTIONS}": 400,
+    f"numpy at td3_continuous_action_torchcompile.py: {ENV_ACTIONS}": 400,
+    # the logged statistics, in one read per log point with an update behind it: iterations 200, 300, 400 and the last
+    "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": 4,
+}
+# with --compile the compiler reads the 0-d int64 count while it traces the update's two variants: it reads 0-d CPU
+# tensors only (it specializes on their value), never a GPU's
+COMPILE_READS = {
+    "item at td3_continuous_action_torchcompile.py: count, stats = train_fns[iteration % args.policy_frequency == 0]"
+    "(count, transition)": 4
+}
+
+
+@pytest.mark.parametrize("flags", [[], ["--cudagraphs"], ["--compile", "--cudagraphs"]], ids=" ".join)
+def test_twin_host_reads_are_the_pinned_ones(flags, tmp_path):
+    """Issue 16 item 3: the twin's main() at the tiny regression flags, in this process (tests/gpu_standin.py: Adam
+    capturable as on CUDA; --cudagraphs on the CPU stand-in; --compile with the aot_eager backend)."""
+    from gpu_standin import host_reads, run_main
+    from regression import OFF_POLICY
+
+    with host_reads() as reads:
+        line, _ = run_main(twin, [*OFF_POLICY, *flags], tmp_path, cudagraphs="--cudagraphs" in flags)
+    assert line["status"] == "ok" and line["steps"] == 500
+    assert dict(reads) == {**HOST_READS, **(COMPILE_READS if "--compile" in flags else {})}
+
+
+def test_cuda_graph_replays_return_two_tensors(tmp_path, monkeypatch):
+    """Issue 16 item 10: a CudaGraphModule replay clones every tensor it returns. The update returns the new count
+    and its statistics stacked in one tensor (it returned one tensor per statistic), the buffer write the count, the
+    policy step the actions."""
+    from gpu_standin import run_main
+    from regression import OFF_POLICY
+    from tensordict.nn import CudaGraphModule
+
+    returned, call = {}, CudaGraphModule.__call__
+
+    def counting(self, *args, **kwargs):
+        out = call(self, *args, **kwargs)
+        name = self.module.func.__name__  # every graph of the twin wraps a functools.partial
+        returned.setdefault(name, set()).add(
+            sum(isinstance(t, torch.Tensor) for t in torch.utils._pytree.tree_flatten(out)[0])
+        )
+        return out
+
+    monkeypatch.setattr(CudaGraphModule, "__call__", counting)
+    line, _ = run_main(twin, OFF_POLICY, tmp_path, cudagraphs=True)
+    assert line["status"] == "ok"
+    assert returned == {"act": {1}, "buffer_add": {1}, "train_step": {2}}
+
+
+@pytest.mark.parametrize("name,flags", [(EAGER, []), (TWIN, ["--cudagraphs"])], ids=["eager", "twin-cudagraphs"])
+def test_steps_per_second_leave_out_learning_start_and_the_burnin(name, flags, tmp_path, monkeypatch):
+    """--measure-burnin N: "iterations after learning starts left out of steps/s". A fake clock: every iteration
+    takes 1 s, and each update that runs Python takes 1000 s more: in the eager script the first two (the first calls
+    of an update, where a twin compiles), in the twin with CUDA graphs every call before the replays (warm-up and
+    capture; a replay runs no Python). The tiny regression run learns from iteration 101 on and takes N = 10: both
+    update variants are captured at their 5th call, by iteration 110, so steps/s is exactly 1 per second. With the
+    window opened at learning start, or at N = 0, the slow calls are in it."""
+    from types import SimpleNamespace
+
+    from regression import OFF_POLICY
+
+    from leanrl import bookkeeping as bk
+
+    module, clock, slow = MODULES[name], SimpleNamespace(now=0.0, calls=0), []
+    monkeypatch.setattr(bk, "time", SimpleNamespace(time=lambda: clock.now))
+    tick, train_step = bk.Run.tick, module.train_step
+
+    def timed_tick(run, step):
+        clock.now += 1.0
+        tick(run, step)
+
+    def timed_train_step(*args, **kwargs):
+        clock.calls += 1
+        if name == TWIN or clock.calls <= 2:
+            clock.now += 1000.0
+            slow.append(clock.calls)
+        return train_step(*args, **kwargs)
+
+    monkeypatch.setattr(bk.Run, "tick", timed_tick)
+    monkeypatch.setattr(module, "train_step", timed_train_step)
+    line, _ = in_process(name, [*OFF_POLICY, *flags], tmp_path, cudagraphs="--cudagraphs" in flags)
+    assert line["status"] == "ok" and line["steps"] == 500
+    # the twin, each variant: 4 warm-up calls, then the capture call runs it twice (on its static inputs, then captured)
+    assert len(slow) == (12 if name == TWIN else 2)
+    assert line["sps"] == 1.0
+    (tmp_path / "0").mkdir()
+    clock.now, clock.calls = 0.0, 0
+    flags += ["--measure-burnin", "0"]
+    line, _ = in_process(name, [*OFF_POLICY, *flags], tmp_path / "0", cudagraphs="--cudagraphs" in flags)
+    assert line["sps"] < 0.5
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_track_logs_cleanrl_keys(name, tmp_path, fake_wandb):
+    """Issue 17 item 5: with --track, CleanRL's keys with CleanRL's meanings (its td3_continuous_action.py logs
+    losses/qf1_values, qf2_values, qf1_loss, qf2_loss, qf_loss (half their sum), actor_loss and charts/SPS every 100
+    steps once learning started; no learning rate: it is fixed), the episodes' charts/episodic_return and
+    charts/episodic_length; the values logged last are the results line's losses."""
+    from regression import OFF_POLICY
+
+    line, curve = in_process(name, [*OFF_POLICY, "--track"], tmp_path)
+    losses = ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss"]
+    assert fake_wandb.keys() == {"charts/SPS", "charts/episodic_return", "charts/episodic_length"} | {
+        f"losses/{key}" for key in losses
+    }
+    episodes = [
+        (step, data["charts/episodic_return"]) for step, data in fake_wandb.logs if "charts/episodic_return" in data
+    ]
+    assert episodes == curve and len(curve) == 2
+    logged = [(step, data) for step, data in fake_wandb.logs if "losses/qf_loss" in data]
+    # iterations 200, 300, 400 and the last (global steps counted after the step)
+    assert [step for step, _ in logged] == [201, 301, 401, 500]
+    assert all(set(data) == {"charts/SPS"} | {f"losses/{key}" for key in losses} for _, data in logged)
+    assert logged[-1][1] == {
+        "charts/SPS": logged[-1][1]["charts/SPS"],
+        **{f"losses/{k}": v for k, v in line["losses"].items()},
+    }
+    values = logged[-1][1]
+    assert values["losses/qf_loss"] == pytest.approx((values["losses/qf1_loss"] + values["losses/qf2_loss"]) / 2)
 
 
 # ---------------------------------------------------------------- scripts as subprocesses
@@ -328,7 +553,7 @@ def test_smoke_tiny_budget(name, flags, tmp_path):
     assert line["compile"] is ("--compile" in flags) and line["cudagraphs"] is False
     # HalfCheetah-v4's XML uses MuJoCo 4's deprecated settotalmass: the scripts drop exactly that warning
     assert "settotalmass" not in proc.stderr + proc.stdout and not (tmp_path / "MUJOCO_LOG.TXT").exists()
-    assert set(line["losses"]) == {"qf_loss", "qf1_values", "qf2_values", "actor_loss"}
+    assert list(line["losses"]) == ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss"]
     curve = read_curve(line, tmp_path).splitlines()
     assert curve[0] == "step,wall_s,return" and len(curve) == line["episodes"] + 1
 
@@ -397,6 +622,22 @@ BAD_INPUTS = [
     (("--buffer-size", "0"), "--buffer-size"),
     (("--batch-size", "-1"), "--batch-size"),
     (("--num-envs", "0"), "--num-envs"),
+    # one vector step would overwrite its own rows (a short run: the old scripts trained on instead)
+    (
+        (
+            "--num-envs",
+            "8",
+            "--buffer-size",
+            "4",
+            "--batch-size",
+            "2",
+            "--total-timesteps",
+            "64",
+            "--learning-starts",
+            "8",
+        ),
+        "--num-envs",
+    ),  # fmt: skip
     (("--policy-frequency", "0"), "--policy-frequency"),
     (("--tau", "1.5"), "--tau"),
     (("--noise-clip", "-0.1"), "--noise-clip"),
