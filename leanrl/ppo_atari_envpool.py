@@ -39,8 +39,10 @@ class Args:
     """whether to save the model (and what evaluation needs) into the run folder at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    measure_burnin: int = 3
-    """iterations left out of the steps/s figure"""
+    # PPO learns from iteration 1. 4 covers the twin's compiling and capturing: its GAE graph, called once an
+    # iteration, is captured at its 3rd call (CudaGraphModule(warmup=3)), the others within iteration 1; one to spare
+    measure_burnin: int = 4
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -162,6 +164,7 @@ def ppo_loss(
     ratio = logratio.exp()
     with torch.no_grad():
         # calculate approx_kl http://joschu.net/blog/kl-approx.html
+        old_approx_kl = (-logratio).mean()
         approx_kl = ((ratio - 1) - logratio).mean()
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
 
@@ -188,10 +191,17 @@ def ppo_loss(
         policy=pg_loss.detach(),
         value=v_loss.detach(),
         entropy=entropy_loss.detach(),
+        old_approx_kl=old_approx_kl,
         approx_kl=approx_kl,
         clipfrac=clipfrac,
     )
     return loss, parts
+
+
+def explained_variance(values, returns):
+    """1 - Var[returns - values] / Var[returns] over the batch, NaN where the returns do not vary (CleanRL's)."""
+    var_returns = returns.var(correction=0)
+    return torch.where(var_returns == 0, torch.nan, 1 - (returns - values).var(correction=0) / var_returns)
 
 
 def update(
@@ -267,6 +277,16 @@ def main(args):
         envs = make_env(args.env_id, args.num_envs, args.seed)
         agent = Agent(envs.action_space.n).to(device)
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+        # ALGO Logic: Storage setup
+        obs_shape = envs.observation_space.shape
+        obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
+        actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+        logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+        rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+        dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+        values = torch.zeros((args.num_steps, args.num_envs), device=device)
+
         update_step = partial(
             update,
             agent,
@@ -278,15 +298,6 @@ def main(args):
             clip_vloss=args.clip_vloss,
             max_grad_norm=args.max_grad_norm,
         )
-
-        # ALGO Logic: Storage setup
-        obs_shape = envs.observation_space.shape
-        obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
-        actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
-        logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
-        rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-        dones = torch.zeros((args.num_steps, args.num_envs), device=device)
-        values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
         # TRY NOT TO MODIFY: start the game
         global_step = 0
@@ -338,6 +349,7 @@ def main(args):
             b_values = values.reshape(-1)
 
             # Optimizing the policy and value network
+            clipfracs = []
             for _epoch in range(args.update_epochs):
                 # as a careful user writes CleanRL's shuffle: the minibatch indices are drawn on the device (no index
                 # upload per minibatch), from torch's generator, so the twin draws the very same minibatches
@@ -352,12 +364,19 @@ def main(args):
                     )
                     # one host read per minibatch (CleanRL reads its clipfrac here too): stop at the first bad loss
                     losses = run.check_finite(global_step, out)
-                if args.target_kl is not None and out["approx_kl"] > args.target_kl:
+                    clipfracs.append(losses["clipfrac"])
+                if args.target_kl is not None and losses["approx_kl"] > args.target_kl:
                     break
+            # logged as CleanRL does: the last minibatch's losses, the mean clipped fraction, the explained variance
+            losses = run.check_finite(global_step, {**losses, "clipfrac": float(np.mean(clipfracs))})
+            explained_var = explained_variance(b_values, b_returns).item()
 
             run.tick(global_step)
-            logs = {f"losses/{name}": value for name, value in losses.items()}
-            run.report(global_step, {"charts/learning_rate": optimizer.param_groups[0]["lr"], **logs})
+            # TRY NOT TO MODIFY: record rewards for plotting purposes (CleanRL's keys; the results line's short names)
+            logs = {"charts/learning_rate": lrnow if args.anneal_lr else args.learning_rate}
+            logs |= {"losses/value_loss": losses["value"], "losses/policy_loss": losses["policy"]}
+            logs |= {f"losses/{name}": losses[name] for name in ("entropy", "old_approx_kl", "approx_kl", "clipfrac")}
+            run.report(global_step, {**logs, "losses/explained_variance": explained_var})
         envs.close()
         if args.save_model:
             bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=agent.state_dict())

@@ -54,8 +54,10 @@ class Args:
     """whether to save the model (and what evaluation needs) into the run folder at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    measure_burnin: int = 3
-    """iterations left out of the steps/s figure"""
+    # PPO learns from iteration 1. 4 covers the twin's compiling and capturing: its GAE graph, called once an
+    # iteration, is captured at its 3rd call (CudaGraphModule(warmup=3)), the others within iteration 1; one to spare
+    measure_burnin: int = 4
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -80,7 +82,12 @@ class Args:
     backend: str | None = None
     """torch.distributed's backend (default: nccl on CUDA, gloo on CPU)"""
     dist_timeout: float = 300.0
-    """seconds a rank waits for the others in a collective before it stops with an error"""
+    """seconds a rank waits for the others in a collective before it stops with status error; every surviving rank
+    then writes an error results line (rank 0 the run's, the others theirs, with their rank). With NCCL, PyTorch's
+    watchdog times out the weight broadcast and, without --cudagraphs, the update's all-reduce, aborts them and lets
+    the rank raise (TORCH_NCCL_ASYNC_ERROR_HANDLING=2, set unless given). It does not watch collectives replayed from
+    a CUDA graph: with --cudagraphs a dead rank's peers wait until torchrun stops them (SIGTERM, SIGKILL after its
+    grace period), a hung rank's wait with it, and neither writes a results line (run.sh writes one for the run)"""
     num_steps: int = 128
     """the number of steps to run in each environment per policy rollout"""
     anneal_lr: bool = True
@@ -216,6 +223,7 @@ def ppo_loss(
     ratio = logratio.exp()
     with torch.no_grad():
         # calculate approx_kl http://joschu.net/blog/kl-approx.html
+        old_approx_kl = (-logratio).mean()
         approx_kl = ((ratio - 1) - logratio).mean()
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
 
@@ -242,6 +250,7 @@ def ppo_loss(
         policy=pg_loss.detach(),
         value=v_loss.detach(),
         entropy=entropy_loss.detach(),
+        old_approx_kl=old_approx_kl,
         approx_kl=approx_kl,
         clipfrac=clipfrac,
     )
@@ -264,8 +273,9 @@ def normalize_over_ranks(advantages, world_size):
     return (advantages - global_mean) / ((sq_dev / (n * world_size - 1)).sqrt() + 1e-8)
 
 
-def average_over_ranks(params, loss, parts, world_size):
-    """The mean over the ranks of every gradient (written into .grad) and of the losses (returned): one all-reduce."""
+def average_over_ranks(params, stats, world_size):
+    """The mean over the ranks of every gradient (written into .grad) and of the logged numbers `stats` (a 1-D tensor,
+    returned): one all-reduce."""
     # trick: one flat buffer, one all-reduce per minibatch (one big message, not one per parameter). The losses ride
     # along, so every rank reads the same numbers: the divergence check and --target-kl stop all ranks alike. A
     # functional collective returns a new tensor instead of writing into its argument through a work handle, which
@@ -273,13 +283,17 @@ def average_over_ranks(params, loss, parts, world_size):
     # backward()) and, under --cudagraphs, inside its CUDA graph: NCCL kernels can be captured once the communicator
     # exists, which the weight broadcast sees to before the warm-up calls. gloo has no average op: sum, then divide
     grads = [param.grad for param in params]
-    scalars = torch.stack([loss, *parts.values()])
-    flat = torch.cat([grad.flatten() for grad in grads] + [scalars])
+    flat = torch.cat([grad.flatten() for grad in grads] + [stats])
     flat = funcol.all_reduce(flat, "sum", dist.group.WORLD) / world_size
-    for grad, averaged in zip(grads, flat.split([grad.numel() for grad in grads] + [len(scalars)])):
+    for grad, averaged in zip(grads, flat.split([grad.numel() for grad in grads] + [len(stats)])):
         grad.copy_(averaged.view_as(grad))
-    scalars = flat[-len(scalars) :]
-    return scalars[0], dict(zip(parts, scalars[1:].unbind()))
+    return flat[-len(stats) :]
+
+
+def explained_variance(values, returns):
+    """1 - Var[returns - values] / Var[returns] over the batch, NaN where the returns do not vary (CleanRL's)."""
+    var_returns = returns.var(correction=0)
+    return torch.where(var_returns == 0, torch.nan, 1 - (returns - values).var(correction=0) / var_returns)
 
 
 def update(
@@ -304,31 +318,42 @@ def update(
     for param in agent.parameters():
         param.grad = None
     loss.backward()
+    # trick: the logged numbers as one tensor (LOSSES names them): a CUDA graph clones every output at each replay
+    stats = torch.stack([loss.detach(), *parts.values()])
     if world_size > 1:  # trick: the gradients are averaged before the clipping, so every rank takes the same step
-        loss, parts = average_over_ranks(list(agent.parameters()), loss.detach(), parts, world_size)
+        stats = average_over_ranks(list(agent.parameters()), stats, world_size)
     nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
     optimizer.step()
-    return dict(loss=loss.detach(), **parts)
+    return stats
+
+
+LOSSES = ("loss", "policy", "value", "entropy", "old_approx_kl", "approx_kl", "clipfrac")  # the update's, clipfrac last
 
 
 def stopped(signum, frame):
-    """torchrun sends SIGTERM to the other ranks when one fails: end as an error, so rank 0 writes its results line."""
+    """torchrun sends SIGTERM to the other ranks when one fails: end as an error, so they write their results lines."""
     # trick: a rank stopped from outside still reports; a second signal ends it for good
     signal.signal(signum, signal.SIG_DFL)
     raise RuntimeError(f"stopped by {signal.Signals(signum).name}: torchrun stops every rank when one fails")
 
 
 @contextmanager
-def process_group(args, world_size):
-    """The run joins the other ranks; a collective waits --dist-timeout at most, then raises, so none waits forever."""
+def process_group(args, world_size, run):
+    """The run joins the other ranks; a collective waits --dist-timeout at most, then raises, so none waits forever.
+
+    A rank that ends in an error writes its results line, whatever its rank: rank 0 may be the one that died."""
     # trick: join the other ranks for the whole run, leave cleanly at its end
     if world_size > 1:
         signal.signal(signal.SIGTERM, stopped)
+        if args.backend == "nccl":  # trick: NCCL's watchdog aborts a timed-out collective and lets the rank raise
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # (PyTorch's default tears it down)
         dist.init_process_group(args.backend, timeout=timedelta(seconds=args.dist_timeout))
     try:
         yield
-    except BaseException:
+    except BaseException as err:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # trick: a late SIGTERM must not cut the results line short
+        # trick: every rank diverges or is interrupted alike (rank 0 reports it); an error may be this rank's alone
+        run.record = run.record or not isinstance(err, KeyboardInterrupt | bk.Diverged)
         raise
     if world_size > 1:
         dist.destroy_process_group()
@@ -425,8 +450,8 @@ def main(args):
 
     # trick: rank 0 alone records the run (folder, curve of its own envs' games, progress bar, wandb, results line
     # with the steps of all ranks, summary); the run joins the other ranks
-    run_here = bk.Run(__file__, args, device, record=rank == 0, world_size=world_size)
-    with run_here as run, process_group(args, world_size):
+    run_here = bk.Run(__file__, args, device, record=rank == 0, world_size=world_size, rank=rank)
+    with run_here as run, process_group(args, world_size, run):
         # trick: each rank its own envs, seeded as the twin seeds the same envs (envpool seeds env i with seed + i)
         envs = make_env(args.env_id, args.local_num_envs, args.seed + rank * args.local_num_envs)
         agent = Agent(envs.action_space.n).to(device)
@@ -436,14 +461,14 @@ def main(args):
         # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam updates every parameter
         # in one multi-tensor kernel and keeps its step counts on the device. torch.compile does not trace into it:
         # under --compile it runs as the same eager kernel between two graphs, which measured faster on CPU than the
-        # compiled unfused Adam and compiles sooner. capturable: a CUDA graph may replay the step without
-        # torch.compile (which sets this itself)
+        # compiled unfused Adam and compiles sooner. capturable on CUDA whatever the flags, so a CUDA graph may replay
+        # its step (torch.compile would switch it on too, but not for a step taken before, eager, or a loaded state)
         optimizer = optim.Adam(
             agent.parameters(),
             lr=torch.tensor(args.learning_rate, device=device),
             eps=1e-5,
             fused=True,
-            capturable=device.type == "cuda" and not args.compile,
+            capturable=device.type == "cuda",
         )
 
         # ALGO Logic: Storage setup
@@ -459,9 +484,12 @@ def main(args):
         values = torch.zeros((args.num_steps, args.local_num_envs), device=device)
         advantages = torch.zeros((args.num_steps, args.local_num_envs), device=device)
         returns = torch.zeros((args.num_steps, args.local_num_envs), device=device)
-        # trick: reward and done go through one pinned host buffer: one non_blocking copy a step (it is done before
-        # the buffer is written again: the next step's action.cpu() waits for the stream)
-        staging = torch.zeros((2, args.local_num_envs), pin_memory=device.type == "cuda")  # trick: this rank's envs
+        # trick: a non_blocking copy from envpool's pageable arrays need not be asynchronous (the driver stages it). On
+        # CUDA they go through pinned host buffers (reward and done together): both copies are asynchronous, each done
+        # before its buffer is written again (the next step's action.cpu() waits for the stream). CPU: straight in
+        pinned = device.type == "cuda"
+        staging = torch.zeros((2, args.local_num_envs), pin_memory=pinned)  # trick: this rank's envs
+        obs_staging = torch.zeros((args.local_num_envs,) + obs_shape, dtype=torch.uint8, pin_memory=pinned)
         step_index = torch.arange(args.num_steps, device=device)
 
         policy, advantages_fn, update_fn = policy_step, advantages_and_returns, update
@@ -522,8 +550,9 @@ def main(args):
                 # TRY NOT TO MODIFY: execute the game and log data.
                 next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
                 staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
-                # trick: non_blocking host-to-device copies, two a step
-                obs[step + 1].copy_(torch.from_numpy(next_obs_np), non_blocking=True)
+                next_obs = torch.from_numpy(next_obs_np)
+                # trick: non_blocking host-to-device copies from pinned memory, two a step
+                obs[step + 1].copy_(obs_staging.copy_(next_obs) if pinned else next_obs, non_blocking=True)
                 env_out[step + 1].copy_(staging, non_blocking=True)
                 # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
                 game_over = info["terminated"].astype(bool) | truncations
@@ -534,6 +563,7 @@ def main(args):
             advantages_fn()
 
             # Optimizing the policy and value network
+            clipfracs = []
             for _epoch in range(args.update_epochs):
                 # as a careful user writes CleanRL's shuffle: the minibatch indices are drawn on the device (no index
                 # upload per minibatch), from torch's generator, so the twin draws the very same minibatches
@@ -541,14 +571,22 @@ def main(args):
                 local_mb_size = args.minibatch_size // world_size
                 for mb_inds in torch.randperm(args.batch_size // world_size, device=device).split(local_mb_size):
                     out = update_step(mb_inds)
-                if args.target_kl is not None and out["approx_kl"] > args.target_kl:
+                    clipfracs.append(out[-1])  # trick: kept on the device
+                if args.target_kl is not None and out[LOSSES.index("approx_kl")] > args.target_kl:
                     break
-            # trick: the losses come to the host once per iteration (not per minibatch), and are checked there
-            losses = run.check_finite(global_step, out)
+            # logged as CleanRL does: the last minibatch's losses, the mean clipped fraction, the explained variance
+            # trick: read to the host once per iteration (not per minibatch), in one go, and the losses checked there
+            # (the losses are averaged over the ranks; the explained variance is of this rank's envs)
+            logged = [out[:-1], torch.stack(clipfracs).mean().view(1), explained_variance(values, returns).view(1)]
+            *logged, explained_var = torch.cat(logged).tolist()
+            losses = run.check_finite(global_step, dict(zip(LOSSES, logged)))
 
             run.tick(global_step)
-            logs = {f"losses/{name}": value for name, value in losses.items()}
-            run.report(global_step, {"charts/learning_rate": optimizer.param_groups[0]["lr"], **logs})
+            # TRY NOT TO MODIFY: record rewards for plotting purposes (CleanRL's keys; the results line's short names)
+            logs = {"charts/learning_rate": lrnow if args.anneal_lr else args.learning_rate}
+            logs |= {"losses/value_loss": losses["value"], "losses/policy_loss": losses["policy"]}
+            logs |= {f"losses/{name}": losses[name] for name in ("entropy", "old_approx_kl", "approx_kl", "clipfrac")}
+            run.report(global_step, {**logs, "losses/explained_variance": explained_var})
         envs.close()
         if args.save_model:
             bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=agent.state_dict())

@@ -40,8 +40,10 @@ class Args:
     """whether to save the model (and what evaluation needs) into the run folder at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    measure_burnin: int = 3
-    """iterations left out of the steps/s figure"""
+    # PPO learns from iteration 1. 4 covers the twin's compiling and capturing: its GAE graph, called once an
+    # iteration, is captured at its 3rd call (CudaGraphModule(warmup=3)), the others within iteration 1; one to spare
+    measure_burnin: int = 4
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -195,6 +197,7 @@ def ppo_loss(
     ratio = logratio.exp()
     with torch.no_grad():
         # calculate approx_kl http://joschu.net/blog/kl-approx.html
+        old_approx_kl = (-logratio).mean()
         approx_kl = ((ratio - 1) - logratio).mean()
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
 
@@ -221,10 +224,17 @@ def ppo_loss(
         policy=pg_loss.detach(),
         value=v_loss.detach(),
         entropy=entropy_loss.detach(),
+        old_approx_kl=old_approx_kl,
         approx_kl=approx_kl,
         clipfrac=clipfrac,
     )
     return loss, parts
+
+
+def explained_variance(values, returns):
+    """1 - Var[returns - values] / Var[returns] over the batch, NaN where the returns do not vary (CleanRL's)."""
+    var_returns = returns.var(correction=0)
+    return torch.where(var_returns == 0, torch.nan, 1 - (returns - values).var(correction=0) / var_returns)
 
 
 def update(
@@ -248,7 +258,11 @@ def update(
     loss.backward()
     nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
     optimizer.step()
-    return dict(loss=loss.detach(), **parts)
+    # trick: the logged numbers as one tensor (LOSSES names them): a CUDA graph clones every output at each replay
+    return torch.stack([loss.detach(), *parts.values()])
+
+
+LOSSES = ("loss", "policy", "value", "entropy", "old_approx_kl", "approx_kl", "clipfrac")  # the update's, clipfrac last
 
 
 def check_args(args):
@@ -312,14 +326,14 @@ def main(args):
         # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam updates every parameter
         # in one multi-tensor kernel and keeps its step counts on the device. torch.compile does not trace into it:
         # under --compile it runs as the same eager kernel between two graphs, which measured faster on CPU than the
-        # compiled unfused Adam and compiles sooner. capturable: a CUDA graph may replay the step without
-        # torch.compile (which sets this itself)
+        # compiled unfused Adam and compiles sooner. capturable on CUDA whatever the flags, so a CUDA graph may replay
+        # its step (torch.compile would switch it on too, but not for a step taken before, eager, or a loaded state)
         optimizer = optim.Adam(
             agent.parameters(),
             lr=torch.tensor(args.learning_rate, device=device),
             eps=1e-5,
             fused=True,
-            capturable=device.type == "cuda" and not args.compile,
+            capturable=device.type == "cuda",
         )
 
         # ALGO Logic: Storage setup
@@ -334,9 +348,12 @@ def main(args):
         values = torch.zeros((args.num_steps, args.num_envs), device=device)
         advantages = torch.zeros((args.num_steps, args.num_envs), device=device)
         returns = torch.zeros((args.num_steps, args.num_envs), device=device)
-        # trick: reward and done go through one pinned host buffer: one non_blocking copy a step (it is done before
-        # the buffer is written again: the next step's action.cpu() waits for the stream)
-        staging = torch.zeros((2, args.num_envs), pin_memory=device.type == "cuda")
+        # trick: a non_blocking copy from envpool's pageable arrays need not be asynchronous (the driver stages it). On
+        # CUDA they go through pinned host buffers (reward and done together): both copies are asynchronous, each done
+        # before its buffer is written again (the next step's action.cpu() waits for the stream). CPU: straight in
+        pinned = device.type == "cuda"
+        staging = torch.zeros((2, args.num_envs), pin_memory=pinned)
+        obs_staging = torch.zeros((args.num_envs,) + obs_shape, dtype=torch.uint8, pin_memory=pinned)
         step_index = torch.arange(args.num_steps, device=device)
 
         policy, advantages_fn, update_fn = policy_step, advantages_and_returns, update
@@ -396,8 +413,9 @@ def main(args):
                 # TRY NOT TO MODIFY: execute the game and log data.
                 next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
                 staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
-                # trick: non_blocking host-to-device copies, two a step
-                obs[step + 1].copy_(torch.from_numpy(next_obs_np), non_blocking=True)
+                next_obs = torch.from_numpy(next_obs_np)
+                # trick: non_blocking host-to-device copies from pinned memory, two a step
+                obs[step + 1].copy_(obs_staging.copy_(next_obs) if pinned else next_obs, non_blocking=True)
                 env_out[step + 1].copy_(staging, non_blocking=True)
                 # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
                 game_over = info["terminated"].astype(bool) | truncations
@@ -408,19 +426,27 @@ def main(args):
             advantages_fn()
 
             # Optimizing the policy and value network
+            clipfracs = []
             for _epoch in range(args.update_epochs):
                 # as a careful user writes CleanRL's shuffle: the minibatch indices are drawn on the device (no index
                 # upload per minibatch), from torch's generator, so the twin draws the very same minibatches
                 for mb_inds in torch.randperm(args.batch_size, device=device).split(args.minibatch_size):
                     out = update_step(mb_inds)
-                if args.target_kl is not None and out["approx_kl"] > args.target_kl:
+                    clipfracs.append(out[-1])  # trick: kept on the device
+                if args.target_kl is not None and out[LOSSES.index("approx_kl")] > args.target_kl:
                     break
-            # trick: the losses come to the host once per iteration (not per minibatch), and are checked there
-            losses = run.check_finite(global_step, out)
+            # logged as CleanRL does: the last minibatch's losses, the mean clipped fraction, the explained variance
+            # trick: read to the host once per iteration (not per minibatch), in one go, and the losses checked there
+            logged = [out[:-1], torch.stack(clipfracs).mean().view(1), explained_variance(values, returns).view(1)]
+            *logged, explained_var = torch.cat(logged).tolist()
+            losses = run.check_finite(global_step, dict(zip(LOSSES, logged)))
 
             run.tick(global_step)
-            logs = {f"losses/{name}": value for name, value in losses.items()}
-            run.report(global_step, {"charts/learning_rate": optimizer.param_groups[0]["lr"], **logs})
+            # TRY NOT TO MODIFY: record rewards for plotting purposes (CleanRL's keys; the results line's short names)
+            logs = {"charts/learning_rate": lrnow if args.anneal_lr else args.learning_rate}
+            logs |= {"losses/value_loss": losses["value"], "losses/policy_loss": losses["policy"]}
+            logs |= {f"losses/{name}": losses[name] for name in ("entropy", "old_approx_kl", "approx_kl", "clipfrac")}
+            run.report(global_step, {**logs, "losses/explained_variance": explained_var})
         envs.close()
         if args.save_model:
             bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=agent.state_dict())

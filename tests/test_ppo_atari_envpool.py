@@ -113,6 +113,37 @@ def test_ppo_loss_matches_float64_reference(mods, name, norm_adv, clip_vloss):
     assert parts["clipfrac"] > 0
 
 
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_old_approx_kl_is_cleanrls(mods, name):
+    """losses/old_approx_kl as CleanRL logs it: the mean of -log(ratio), in float64 over the samples."""
+    inputs = random_ppo_minibatch(101, seed=11)
+    _, parts = mods[name].ppo_loss(*inputs, 0.1, 0.01, 0.5, True, True)
+    want = sum(old - new for new, old in zip(inputs[0].double().tolist(), inputs[1].double().tolist())) / 101
+    assert abs(want) > 1e-3  # not a near-zero that any formula would match
+    torch.testing.assert_close(parts["old_approx_kl"].double(), torch.tensor(want, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("shape", [(4, 2), (128, 8), (1, 5)])
+def test_explained_variance_matches_float64_reference(mods, name, shape):
+    """CleanRL's 1 - Var[returns - values] / Var[returns] (population variances), NaN where the returns are equal."""
+    g = torch.Generator().manual_seed(shape[0])
+    values = torch.randn(shape, generator=g)
+    returns = values + 0.5 * torch.randn(shape, generator=g) + 0.3
+    y_true, y_pred = returns.double().flatten().tolist(), values.double().flatten().tolist()
+
+    def var(xs):
+        mean = sum(xs) / len(xs)
+        return sum((x - mean) ** 2 for x in xs) / len(xs)
+
+    want = 1 - var([t - p for t, p in zip(y_true, y_pred)]) / var(y_true)
+    got = mods[name].explained_variance(values, returns)
+    assert got.shape == () and 0.0 < want < 1.0
+    torch.testing.assert_close(got.double(), torch.tensor(want, dtype=torch.float64), rtol=1e-5, atol=1e-6)
+    constant = torch.full(shape, 2.0)
+    assert mods[name].explained_variance(values, constant).isnan()  # CleanRL's np.nan when var(returns) == 0
+
+
 def test_ppo_loss_of_the_twin_equals_the_eager_one(mods):
     inputs = random_ppo_minibatch(64, seed=7)
     for norm_adv in (True, False):
@@ -169,7 +200,8 @@ def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
         # the first call compiles; later ones, with the lr annealed in place in between, must not recompile
         with torch._dynamo.config.patch(error_on_recompile=iteration > 0):
             want, got = eager_update(*(x[mb_inds] for x in batch)), twin_update(mb_inds)
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        # the twin returns one stacked tensor, named by LOSSES
+        torch.testing.assert_close(dict(zip(mods[TWIN].LOSSES, got)), want, rtol=1e-4, atol=1e-5)
         eager_optimizer.param_groups[0]["lr"] = 2.5e-4 / (iteration + 2)
         twin_optimizer.param_groups[0]["lr"].fill_(2.5e-4 / (iteration + 2))
     for (key, want), got in zip(agent.state_dict().items(), twin_agent.state_dict().values()):
@@ -503,3 +535,263 @@ def test_bad_input_from_the_command_line(name, flags, flag, tmp_path):
     assert lines == []
     if flag == "--cudagraphs":
         assert err[0] == f"{name}.py: error: --cudagraphs needs CUDA, and none is available"
+
+
+# ---------------------------------------------------------------- the GPU path, the steps/s window, the logs
+
+
+def tiny_flags(*drop):
+    """The tiny flags of tests/regression.py (10 iterations of 2 envs x 32 steps, 4 minibatches each), less `drop`."""
+    from regression import PAIRS
+
+    flags = list(PAIRS[EAGER])
+    for flag in drop:
+        i = flags.index(flag)
+        del flags[i : i + 2]
+    return flags
+
+
+def main_here(module, flags, tmp_path):
+    """module.main() with these flags, on the CPU, in this process; its results line."""
+    import tyro
+
+    results = Path(tmp_path) / "results.jsonl"
+    module.main(tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(results)]))
+    (line,) = [strict_json(text) for text in results.read_text().splitlines()]
+    return line
+
+
+@pytest.fixture
+def twin_settings():
+    """The twin switches argument validation off and TF32 on for the process: leave the other tests as they were."""
+    validate, precision = torch.distributions.Distribution._validate_args, torch.get_float32_matmul_precision()
+    yield
+    torch.distributions.Distribution.set_default_validate_args(validate)
+    torch.set_float32_matmul_precision(precision)
+
+
+# Every read of a tensor to the host in a tiny run of the twin (10 iterations of 32 env steps), by script line:
+# - the action of each env step, to step the envs: 320 (.cpu(), then .numpy() of the host copy, which reads nothing
+#   more but is counted on the same line);
+# - the logged numbers once per iteration, in one read (the last minibatch's losses, the mean clipped fraction,
+#   the explained variance), where the losses are checked: 10;
+# - Adam's constructor checks its tensor lr (0 <= lr) once, before the loop: 1.
+TWIN_HOST_READS = {
+    "cpu at ppo_atari_envpool_torchcompile.py: next_obs_np, reward, terminations, truncations, info = "
+    "envs.step(action.cpu().numpy())": 320,
+    "numpy at ppo_atari_envpool_torchcompile.py: next_obs_np, reward, terminations, truncations, info = "
+    "envs.step(action.cpu().numpy())": 320,
+    "tolist at ppo_atari_envpool_torchcompile.py: *logged, explained_var = torch.cat(logged).tolist()": 10,
+    "__bool__ at ppo_atari_envpool_torchcompile.py: optimizer = optim.Adam(": 1,
+}
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True], ids=["plain", "cudagraphs"])
+def test_host_reads_of_the_twin_are_the_pinned_ones(mods, cudagraphs, tmp_path, twin_settings):
+    """A new read of a tensor to the host (a sync on a GPU) fails here, naming its line."""
+    from gpu_standin import host_reads, run_main
+
+    with host_reads() as reads:
+        line, _ = run_main(mods[TWIN], tiny_flags(), tmp_path, cudagraphs=cudagraphs)
+    assert line["status"] == "ok" and line["steps"] == 640
+    assert dict(reads) == TWIN_HOST_READS
+
+
+def test_step_functions_of_the_twin_run_on_the_meta_device(mods, twin_settings):
+    """The policy step, GAE with the bootstrap value, the update and the logged statistics on `meta` tensors: a host
+    read raises there ("cannot be called on meta tensors"), and a tensor made without device= lands on the CPU and
+    cannot mix with them. The optimizer is SGD: fused Adam refuses meta tensors ("supported devices: cuda, cpu...")
+    and Adam's other forms read their step count to the host, so Adam's step is not checked here."""
+    from gpu_standin import host_reads
+
+    twin = mods[TWIN]
+    meta = torch.device("meta")
+    torch.distributions.Categorical.set_default_validate_args(False)  # as the twin runs (a check is a host read)
+    agent = twin.Agent(4).to(meta)
+    T, B = 5, 3
+    obs = torch.zeros((T + 1, B, 4, 84, 84), dtype=torch.uint8, device=meta)
+    env_out = torch.zeros((T + 1, 2, B), device=meta)
+    actions = torch.zeros((T, B), dtype=torch.long, device=meta)
+    logprobs, values, advantages, returns = (torch.zeros((T, B), device=meta) for _ in range(4))
+    optimizer = torch.optim.SGD(agent.parameters(), lr=0.1)
+    with host_reads() as reads:
+        action = twin.policy_step(agent, obs, actions, logprobs, values, torch.arange(T, device=meta)[2:3])
+        twin.advantages_and_returns(agent, obs, env_out, values, advantages, returns, 0.99, 0.95)
+        flat = (obs[:-1].flatten(0, 1), actions.view(-1), logprobs.view(-1), advantages.view(-1))
+        flat += (returns.view(-1), values.view(-1))
+        stats = twin.update(agent, optimizer, *flat, torch.arange(8, device=meta), **HYPER)
+        explained = twin.explained_variance(values, returns)
+    assert reads == {}
+    assert (action.device, action.shape) == (meta, (B,))
+    assert (stats.device, stats.shape, explained.device) == (meta, (len(twin.LOSSES),), meta)
+
+
+class Stop(Exception):
+    """Raised by a stand-in for optim.Adam once it has seen the optimizer's arguments."""
+
+
+def adam_arguments(module, flags, monkeypatch, tmp_path):
+    """The keyword arguments main() gives optim.Adam on a (pretended) CUDA machine with these flags."""
+    seen = {}
+
+    def adam(params, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    real_tensor = torch.tensor
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "pretended GPU")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *args, **kwargs: self)  # the agent stays on the CPU
+    monkeypatch.setattr(torch, "tensor", lambda data, device=None, **kwargs: real_tensor(data, **kwargs))
+    monkeypatch.setattr(torch.optim, "Adam", adam)
+    args = args_from_flags(module, ("--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", *flags))
+    args.results_file = str(tmp_path / "results.jsonl")
+    with pytest.raises(Stop):
+        module.main(args)
+    return seen
+
+
+CUDA_FLAGS = {
+    "plain": (),
+    "compile": ("--compile", "True"),
+    "cudagraphs": ("--cudagraphs", "True"),
+    "compile-cudagraphs": ("--compile", "True", "--cudagraphs", "True"),
+}
+
+
+@pytest.mark.parametrize("flags", CUDA_FLAGS.values(), ids=CUDA_FLAGS)
+def test_adam_is_capturable_on_cuda_whatever_the_flags(mods, flags, monkeypatch, tmp_path, twin_settings):
+    """Issue 16 item 8: on CUDA the twin's Adam is capturable with or without --compile (torch.compile switches it on
+    for the steps it compiles, not for a step taken before, eager, or for a loaded optimizer state)."""
+    seen = adam_arguments(mods[TWIN], flags, monkeypatch, tmp_path)
+    assert seen["capturable"] is True and seen["fused"] is True
+
+
+class FakeClock:
+    """bookkeeping's clock: moves only when told to."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def time(self):
+        return self.now
+
+
+def env_steps_cost(module, clock, seconds, monkeypatch):
+    """Each env step of the script moves the clock by `seconds`."""
+    make_env = module.make_env
+
+    def timed_make_env(*args, **kwargs):
+        envs = make_env(*args, **kwargs)
+        step = envs.step
+
+        def timed_step(action):
+            clock.now += seconds
+            return step(action)
+
+        envs.step = timed_step
+        return envs
+
+    monkeypatch.setattr(module, "make_env", timed_make_env)
+
+
+def test_steps_per_second_leave_out_the_twins_compiling_and_capturing(mods, monkeypatch, tmp_path, twin_settings):
+    """--measure-burnin at its default: every warm-up call (compiling, with --compile) and capture of the twin's CUDA
+    graphs (the GAE graph's in iteration 3) made to take 1000 s, every env step 0.01 s: steps/s is 2 envs / 0.01 s
+    exactly, none of the slow calls inside the window."""
+    from gpu_standin import run_main
+    from tensordict.nn import CudaGraphModule
+
+    clock = FakeClock()
+    monkeypatch.setattr(bk, "time", clock)
+    env_steps_cost(mods[TWIN], clock, 0.01, monkeypatch)
+    slow_calls = []
+
+    class SlowWarmUps(CudaGraphModule):
+        def __call__(self, *args, **kwargs):
+            if self.counter < self._warmup:  # a warm-up call or the capture
+                clock.now += 1000.0
+                slow_calls.append(self)
+            return super().__call__(*args, **kwargs)
+
+    monkeypatch.setattr(mods[TWIN], "CudaGraphModule", SlowWarmUps)
+    line, _ = run_main(mods[TWIN], tiny_flags("--measure-burnin"), tmp_path, cudagraphs=True)
+    assert len(slow_calls) == 9  # three graphs, warmup=3 calls each (the last the capture)
+    assert line["sps"] == pytest.approx(2 / 0.01)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_steps_per_second_leave_out_the_burnin_iterations(mods, name, monkeypatch, tmp_path, twin_settings):
+    """--measure-burnin 2 with the first two iterations' updates made to take 1000 s each: steps/s is counted from the
+    end of iteration 2 (2 envs / 0.01 s per env step); the run's speed figure never includes them."""
+    clock = FakeClock()
+    monkeypatch.setattr(bk, "time", clock)
+    env_steps_cost(mods[name], clock, 0.01, monkeypatch)
+    update, calls = mods[name].update, []
+
+    def slow_early_update(*args, **kwargs):
+        calls.append(1)
+        clock.now += 1000.0 if len(calls) <= 8 else 0.0  # 4 minibatches an iteration
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(mods[name], "update", slow_early_update)
+    line = main_here(mods[name], [*tiny_flags("--measure-burnin"), "--measure-burnin", "2"], tmp_path)
+    assert len(calls) == 40 and line["sps"] == pytest.approx(2 / 0.01)
+
+
+CLEANRL_KEYS = {  # what CleanRL's ppo_atari_envpool.py logs each iteration, and the results line's name for it
+    "charts/learning_rate": None,
+    "losses/value_loss": "value",
+    "losses/policy_loss": "policy",
+    "losses/entropy": "entropy",
+    "losses/old_approx_kl": "old_approx_kl",
+    "losses/approx_kl": "approx_kl",
+    "losses/clipfrac": "clipfrac",
+    "losses/explained_variance": None,
+}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_track_logs_cleanrls_keys_with_cleanrls_meanings(mods, name, fake_wandb, monkeypatch, tmp_path, twin_settings):
+    """With --track: CleanRL's keys once an iteration, with CleanRL's meanings (the last minibatch's losses, the
+    clipped fraction averaged over all the iteration's minibatches, the batch's explained variance), and the values
+    of the results line."""
+    module, per_minibatch, explained = mods[name], [], []
+    update, explained_variance = module.update, module.explained_variance
+
+    def recorded_update(*args, **kwargs):
+        out = update(*args, **kwargs)
+        named = dict(zip(module.LOSSES, out)) if name == TWIN else out
+        per_minibatch.append({key: float(value) for key, value in named.items()})
+        return out
+
+    def recorded_explained_variance(values, returns):
+        explained.append(explained_variance(values, returns))
+        return explained[-1]
+
+    monkeypatch.setattr(module, "update", recorded_update)
+    monkeypatch.setattr(module, "explained_variance", recorded_explained_variance)
+    # a clip range narrow enough for some ratios, not all, to leave it after the first minibatch
+    flags = [*tiny_flags("--total-timesteps"), "--total-timesteps", "192", "--learning-rate", "0.003", "--track"]
+    flags += ["--clip-coef", "0.002"]
+    line = main_here(module, flags, tmp_path)
+    logs = [data for _, data in fake_wandb.logs if "losses/value_loss" in data]
+    assert len(logs) == 3 and len(per_minibatch) == 12 and len(explained) == 3
+    for iteration, data in enumerate(logs):
+        assert set(data) == set(CLEANRL_KEYS) | {"charts/SPS"}
+        minibatches = per_minibatch[4 * iteration : 4 * iteration + 4]
+        last = minibatches[-1]
+        for key, short in CLEANRL_KEYS.items():
+            if short and short != "clipfrac":
+                assert data[key] == pytest.approx(last[short], rel=1e-6, abs=1e-9), key
+        mean_clipfrac = sum(m["clipfrac"] for m in minibatches) / 4
+        assert data["losses/clipfrac"] == pytest.approx(mean_clipfrac, rel=1e-6, abs=1e-9)
+        assert data["losses/explained_variance"] == pytest.approx(float(explained[iteration]), rel=1e-6)
+        assert data["charts/learning_rate"] == pytest.approx(0.003 * (1 - iteration / 3))
+    assert len({m["clipfrac"] for m in per_minibatch[-4:]}) > 2, "the clipped fraction must vary to test its mean"
+    for key, short in CLEANRL_KEYS.items():  # the results line reports the last iteration's numbers
+        if short:
+            assert line["losses"][short] == pytest.approx(logs[-1][key], rel=1e-6, abs=1e-9), key
+    assert fake_wandb.finished

@@ -62,11 +62,15 @@ def agent_and_optimizer(module):
     return agent, optimizer
 
 
+# the update returns its logged numbers as one stacked tensor, in this order (the scripts' LOSSES)
+LOSSES = ("loss", "policy", "value", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
+
+
 def snapshot(agent, losses):
     return dict(
         grads=[p.grad.clone() for p in agent.parameters()],
         params=[p.detach().clone() for p in agent.parameters()],
-        losses={name: value.item() for name, value in losses.items()},
+        losses=dict(zip(LOSSES, losses.tolist(), strict=True)),
     )
 
 
@@ -117,6 +121,10 @@ def two_ranks(tmp_path_factory):
     return [torch.load(tmp / f"rank{rank}.pt") for rank in range(RANKS)]
 
 
+def test_the_updates_name_their_numbers_alike():
+    assert load_script(DIST).LOSSES == load_script(TWIN).LOSSES == LOSSES
+
+
 def test_two_ranks_compute_the_gradient_of_one_process_with_all_envs(two_ranks):
     """Same minibatch data: the ranks' averaged (and clipped) gradient and their losses are those of the twin's update
     in one process with the 8 envs; so are the weights after each Adam step."""
@@ -159,8 +167,8 @@ def test_the_collectives_run_inside_the_compiled_update(two_ranks):
             "Call to `torch._dynamo.graph_break()`": 2,
             "Skip calling `torch.compiler.disable()`d function": 2,
         }, compiled["breaks"]
-        forward, after_backward, *_ = compiled["graphs"]
-        assert len(compiled["graphs"]) == 3
+        # the stats are stacked before the all-reduce, so nothing is left after the optimizer step for a third graph
+        forward, after_backward = compiled["graphs"]
         assert "_c10d_functional.all_gather_into_tensor" in forward and "all_reduce" not in forward
         assert "_c10d_functional.all_reduce" in after_backward and "wait_tensor" in after_backward
         assert "clamp" in after_backward  # the clipping follows the all-reduce in the same graph
@@ -285,10 +293,13 @@ def rank_pids(launcher_pid):
 TIMEOUT = 6
 
 
+@pytest.mark.parametrize("victim", [1, 0], ids=["rank1", "rank0"])
 @pytest.mark.parametrize("how", ["killed", "hung"])
-def test_a_dead_or_hung_rank_ends_the_run_with_an_error_line(how, tmp_path):
-    """Rank 1 is killed (SIGKILL) or hangs (SIGSTOP) mid-run: rank 0 stops within --dist-timeout and writes status
-    error. Killed, its socket closes and rank 0's next collective fails at once; hung, the collective times out."""
+def test_a_dead_or_hung_rank_ends_the_run_with_an_error_line(how, victim, tmp_path):
+    """A rank is killed (SIGKILL) or hangs (SIGSTOP) mid-run: the other stops within --dist-timeout and writes status
+    error, also when the victim is rank 0, which writes the run's line when all goes well. Killed, its socket closes
+    and the survivor's next collective fails at once (or torchrun stops it); hung, the collective times out."""
+    survivor = 1 - victim
     budget = ("--total-timesteps", "1000000", "--dist-timeout", str(TIMEOUT))
     launcher = torchrun(*TINY[:-4], *budget, tmp_path=tmp_path, wait=False)
     try:
@@ -301,21 +312,22 @@ def test_a_dead_or_hung_rank_ends_the_run_with_an_error_line(how, tmp_path):
         time.sleep(1.0)
         ranks = rank_pids(launcher.pid)
         assert set(ranks) == {0, 1}, ranks
-        os.kill(ranks[1], signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        os.kill(ranks[victim], signal.SIGKILL if how == "killed" else signal.SIGSTOP)
         stopped = time.time()
         results = tmp_path / "results.jsonl"
         while not results.exists():
-            assert time.time() - stopped < TIMEOUT + 20, "rank 0 still waits on the dead rank"
+            assert time.time() - stopped < TIMEOUT + 20, f"rank {survivor} still waits on the dead rank"
             time.sleep(0.1)
         waited = time.time() - stopped
+        time.sleep(0.5)  # the survivor's summary line follows its results line
         if how == "hung":
-            os.kill(ranks[1], signal.SIGKILL)  # torchrun's SIGTERM waits on a stopped process
+            os.kill(ranks[victim], signal.SIGKILL)  # torchrun's SIGTERM waits on a stopped process
         stdout, _ = launcher.communicate(timeout=60)
     finally:
         launcher.kill()
     assert launcher.returncode != 0
-    (line,) = [strict_json(text) for text in results.read_text().splitlines()]
-    assert line["status"] == "error" and line["world_size"] == 2, line
+    (line,) = [strict_json(text) for text in results.read_text().splitlines()]  # the survivor's; none from the victim
+    assert line["status"] == "error" and line["world_size"] == 2 and line["rank"] == survivor, line
     assert 0 < line["steps"] < 1000000 and line["steps"] % 4 == 0 and line["message"]
     assert summary_of(stdout)["status"] == "error"
     if how == "hung":
@@ -398,3 +410,110 @@ def test_bad_input_under_torchrun_stops_every_rank_with_one_line(tmp_path):
     assert ours == [f"{DIST}.py: error: --num-envs 3 does not divide by the world size 2"], ours
     assert "exitcode  : 2" in proc.stderr
     assert time.time() - start < 60
+
+
+# ---------------------------------------------------------------- one process on the GPU path
+
+# one process of 2 envs, 16 steps, 2 minibatches a iteration: 4 iterations, so the GAE graph (once an iteration,
+# warmup=3) is captured and replayed too under --cudagraphs
+ONE = ("--local-num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1")
+ONE += ("--total-timesteps", "128", "--measure-burnin", "1")
+
+# Every read of a tensor to the host in that run, by script line (as pinned for the twin in test_ppo_atari_envpool.py):
+# the action of each env step, to step the envs (64; .numpy() of the host copy reads nothing more, counted on the
+# same line); the logged numbers, once an iteration in one read, where the losses are checked (4); Adam's
+# constructor's check of its tensor lr, once before the loop (1).
+DIST_HOST_READS = {
+    "cpu at ppo_atari_envpool_distributed.py: next_obs_np, reward, terminations, truncations, info = "
+    "envs.step(action.cpu().numpy())": 64,
+    "numpy at ppo_atari_envpool_distributed.py: next_obs_np, reward, terminations, truncations, info = "
+    "envs.step(action.cpu().numpy())": 64,
+    "tolist at ppo_atari_envpool_distributed.py: *logged, explained_var = torch.cat(logged).tolist()": 4,
+    "__bool__ at ppo_atari_envpool_distributed.py: optimizer = optim.Adam(": 1,
+}
+
+
+@pytest.fixture
+def dist_settings():
+    """The script switches argument validation off and TF32 on for the process: leave the other tests as they were."""
+    validate, precision = torch.distributions.Distribution._validate_args, torch.get_float32_matmul_precision()
+    yield load_script(DIST)
+    torch.distributions.Distribution.set_default_validate_args(validate)
+    torch.set_float32_matmul_precision(precision)
+
+
+def test_one_process_keeps_the_host_read_budget_and_the_numbers_under_cuda_graphs(dist_settings, tmp_path):
+    """World size 1 allows --cudagraphs: on the CPU stand-in (tests/gpu_standin.py) it gives the numbers of the run
+    without graphs, each graph keeps the capture contract (only the indices copied in), and both runs make only the
+    pinned host reads."""
+    from gpu_standin import CONTRACTS, host_reads, run_main
+    from test_gpu_path import same_run
+
+    with host_reads() as plain_reads:
+        want = run_main(dist_settings, list(ONE), tmp_path / "plain")
+    with host_reads() as graph_reads:
+        got = run_main(dist_settings, list(ONE), tmp_path / "graphs", cudagraphs=True)
+    assert dict(plain_reads) == dict(graph_reads) == DIST_HOST_READS
+    same_run(got, want)
+    assert got[0]["world_size"] == 1 and got[0]["cudagraphs"] is True
+    assert sorted(contract.name for contract in CONTRACTS) == ["advantages_and_returns", "policy_step", "update"]
+    for contract in CONTRACTS:
+        assert contract.captured_at == 3 and contract.calls > 3, contract
+        assert contract.violations(max_bytes_in=16 * 8) == []  # the minibatch's 16 int64 indices at most
+
+
+@pytest.mark.parametrize("flags", [(), ("--compile",), ("--cudagraphs",), ("--compile", "--cudagraphs")])
+def test_adam_is_capturable_on_cuda_whatever_the_flags(dist_settings, flags, monkeypatch, tmp_path):
+    """Issue 16 item 8, as for the twin: on a (pretended) CUDA machine, one process with gloo, Adam is capturable
+    with and without --compile."""
+    import tyro
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def adam(params, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    real_tensor = torch.tensor
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "pretended GPU")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *args, **kwargs: self)  # the agent stays on the CPU
+    monkeypatch.setattr(torch, "tensor", lambda data, device=None, **kwargs: real_tensor(data, **kwargs))
+    monkeypatch.setattr(torch.optim, "Adam", adam)
+    args = tyro.cli(dist_settings.Args, args=[*ONE, *flags, "--backend", "gloo"])
+    args.results_file = str(tmp_path / "results.jsonl")
+    with pytest.raises(Stop):
+        dist_settings.main(args)
+    assert seen["capturable"] is True and seen["fused"] is True
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_nccl_watchdog_aborts_and_lets_the_rank_report(dist_settings, preset, monkeypatch):
+    """With NCCL, a timed-out collective is aborted by PyTorch's watchdog and the rank raises (and writes its error
+    line), instead of being torn down without one (PyTorch's default, 3): TORCH_NCCL_ASYNC_ERROR_HANDLING=2 is set
+    before the process group is made, unless the user set it."""
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def init_process_group(backend, **kwargs):
+        seen.update(backend=backend, mode=os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING"), **kwargs)
+        raise Stop
+
+    if preset is None:
+        monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    else:
+        monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", preset)
+    monkeypatch.setattr(dist_settings.dist, "init_process_group", init_process_group)
+    monkeypatch.setattr(dist_settings.signal, "signal", lambda *args: None)  # leave this process's handlers alone
+    args = dist_settings.Args(backend="nccl", dist_timeout=7.0)
+    with pytest.raises(Stop), dist_settings.process_group(args, 2, run=None):
+        pass
+    assert seen["backend"] == "nccl" and seen["mode"] == (preset or "2")
+    assert seen["timeout"].total_seconds() == 7.0
