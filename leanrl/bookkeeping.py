@@ -337,16 +337,20 @@ class Run:
     def mean_return(self):
         return float(np.mean(self.returns[-100:])) if self.returns else None
 
-    def check_finite(self, step, losses):
-        """Read the losses (a dict of 0-d tensors or floats) to the host in one go; stop the run on a non-finite one."""
-        values = list(losses.values())
-        if values and isinstance(values[0], torch.Tensor):
+    def check_finite(self, step, losses, unchecked=None):
+        """Read the losses (a dict of 0-d tensors or floats) to the host in one go; stop the run on a non-finite one.
+
+        `unchecked`: more values of the log point, read and reported with the losses (results line included) but no
+        reason to stop (CleanRL's explained variance is NaN when the returns do not vary)."""
+        named = {**losses, **(unchecked or {})}
+        values = list(named.values())
+        if values and all(isinstance(v, torch.Tensor) for v in values):
             values = torch.stack([v.detach().float() for v in values]).tolist()
         self.steps = max(self.steps, step)
-        self.losses = dict(zip(losses, map(float, values)))
-        for name, value in self.losses.items():
-            if not math.isfinite(value):
-                raise Diverged(f"loss diverged at step {step}: {name}={value}")
+        self.losses = dict(zip(named, map(float, values)))
+        for name in losses:
+            if not math.isfinite(self.losses[name]):
+                raise Diverged(f"loss diverged at step {step}: {name}={self.losses[name]}")
         return self.losses
 
     def report(self, step, logs=None):

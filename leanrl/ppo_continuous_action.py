@@ -39,8 +39,9 @@ class Args:
     """whether to save the model (and the observation-normalisation statistics) at the end of training"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    measure_burnin: int = 3
-    """iterations left out of the steps/s figure"""
+    # 8: the twin captures each CUDA graph at its 5th call: GAE's (one call an iteration) in iteration 5, plus a margin
+    measure_burnin: int = 8
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -192,6 +193,7 @@ def ppo_loss(
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     with torch.no_grad():
+        old_approx_kl = (-logratio).mean()
         approx_kl = ((ratio - 1) - logratio).mean()
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
     if norm_adv:
@@ -218,6 +220,7 @@ def ppo_loss(
         policy=pg_loss.detach(),
         value=v_loss.detach(),
         entropy=entropy_loss.detach(),
+        old_approx_kl=old_approx_kl,
         approx_kl=approx_kl,
         clipfrac=clipfrac,
     )
@@ -375,6 +378,7 @@ def main(args):
 
             # Optimizing the policy and value network
             b_inds = np.arange(args.batch_size)
+            clipfracs = []
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
                 for start in range(0, args.batch_size, args.minibatch_size):
@@ -384,16 +388,26 @@ def main(args):
                             agent, optimizer, {k: v[mb_inds] for k, v in b.items()}, args.clip_coef, args.ent_coef,
                             args.vf_coef, args.norm_adv, args.clip_vloss, args.max_grad_norm,
                         )  # fmt: skip
+                    clipfracs.append(stats["clipfrac"])
                     # one host read per minibatch (CleanRL reads its clipfrac here too): stop at the first bad loss
                     run.check_finite(global_step, {"loss": stats["loss"]})
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                     break
 
-            # log point: the last minibatch's losses, read once per iteration
-            losses = run.check_finite(global_step, stats)
+            y_pred, y_true = values, returns
+            var_y = y_true.var(correction=0)
+            explained_var = torch.where(var_y == 0, torch.nan, 1 - (y_true - y_pred).var(correction=0) / var_y)
+
+            # log point, as CleanRL's: the last minibatch's losses, the mean clipfrac of all minibatches
+            stats["clipfrac"] = torch.stack(clipfracs).mean()
+            logged = {"explained_variance": explained_var, "learning_rate": optimizer.param_groups[0]["lr"]}
+            losses = run.check_finite(global_step, stats, unchecked=logged)
             run.tick(global_step)
             run.report(global_step, {
-                "charts/learning_rate": optimizer.param_groups[0]["lr"], **{f"losses/{k}": v for k, v in losses.items()}
+                "charts/learning_rate": losses["learning_rate"], "losses/value_loss": losses["value"],
+                "losses/policy_loss": losses["policy"], "losses/entropy": losses["entropy"],
+                "losses/old_approx_kl": losses["old_approx_kl"], "losses/approx_kl": losses["approx_kl"],
+                "losses/clipfrac": losses["clipfrac"], "losses/explained_variance": losses["explained_variance"],
             })  # fmt: skip
 
         envs.close()

@@ -40,8 +40,9 @@ class Args:
     """whether to save the model (and the observation-normalisation statistics) at the end of training"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    measure_burnin: int = 3
-    """iterations left out of the steps/s figure"""
+    # 8: the twin captures each CUDA graph at its 5th call: GAE's (one call an iteration) in iteration 5, plus a margin
+    measure_burnin: int = 8
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -200,6 +201,7 @@ def ppo_loss(
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     with torch.no_grad():
+        old_approx_kl = (-logratio).mean()
         approx_kl = ((ratio - 1) - logratio).mean()
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
     if norm_adv:
@@ -226,6 +228,7 @@ def ppo_loss(
         policy=pg_loss.detach(),
         value=v_loss.detach(),
         entropy=entropy_loss.detach(),
+        old_approx_kl=old_approx_kl,
         approx_kl=approx_kl,
         clipfrac=clipfrac,
     )
@@ -235,8 +238,7 @@ def ppo_loss(
 def policy_step(agent, obs, actions, logprobs, values, step):
     """The rollout's policy step at `step` (a 1-element index tensor): samples an action for obs[step] and writes it,
     its log-prob and the value into their (T, B) storage in place; returns the action."""
-    # trick: the step is an index tensor and the storage is written inside the step, so one compiled graph (and one
-    # CUDA graph) serves every step of every rollout, and its only input is the 8-byte index
+    # trick: the step is an index tensor and the storage is written here: one graph serves every step, its input 8 bytes
     with torch.no_grad():
         action, logprob, _, value = agent.get_action_and_value(obs[step].flatten(0, 1))
         actions[step] = action
@@ -258,14 +260,16 @@ def advantages_and_returns(agent, obs, rewards, dones, values, advantages, retur
         returns.copy_(advantages + values)
 
 
+# trick: the update returns these statistics as one stacked tensor: a CUDA graph clones each output at each replay
+LOGGED = ("loss", "policy", "value", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
+
+
 def update(
     agent, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,
     clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm,
 ):  # fmt: skip
-    """One gradient step on the minibatch mb_inds of the flat batch (obs, actions, ...: T * B rows); returns its
-    losses."""
-    # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once
-    # and the indices are the only input, so no field is gathered outside the graph and then copied into it again
+    """One gradient step on the minibatch mb_inds of the flat batch (T * B rows); returns its LOGGED statistics."""
+    # trick: the minibatch is gathered here, inside the compiled (and captured) update: its indices are its only input
     obs, actions, logprobs, advantages, returns, values = [
         x[mb_inds] for x in (obs, actions, logprobs, advantages, returns, values)
     ]
@@ -281,7 +285,7 @@ def update(
     loss.backward()
     nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
     optimizer.step()
-    return dict(loss=loss.detach(), **stats)
+    return torch.stack([loss.detach(), *stats.values()])
 
 
 def check_args(args):
@@ -349,10 +353,10 @@ def main(args):
         # env setup
         envs = make_envs(args.env_id, args.gamma, args.num_envs)
         agent = Agent(envs).to(device)
-        # trick: the learning rate is a device tensor annealed in place, so neither a compiled graph nor a CUDA graph
-        # has to be rebuilt for it. Capturable Adam keeps its step count on the GPU and reads the lr there, so
-        # optimizer.step() never syncs with the host and a CUDA graph can replay it (torch.compile arranges this itself)
-        lr, capturable = torch.tensor(args.learning_rate, device=device), device.type == "cuda" and not args.compile
+        # trick: the lr is a device tensor annealed in place: no compiled or CUDA graph is rebuilt for it. Capturable
+        # Adam keeps its step count on the device and reads the lr there, so step() never syncs and can be captured: on
+        # CUDA (--cudagraphs implies it) also with --compile, which turns capturable on itself only for a stateless Adam
+        lr, capturable = torch.tensor(args.learning_rate, device=device), device.type == "cuda" or args.cudagraphs
         optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=capturable)
 
         # ALGO Logic: Storage setup
@@ -368,8 +372,8 @@ def main(args):
         advantages = torch.zeros((args.num_steps, args.num_envs), device=device)
         returns = torch.zeros((args.num_steps, args.num_envs), device=device)
         # trick: numpy writes the env's arrays into a host copy of that tensor (no torch op per array); on CPU the host
-        # copy is the storage itself, on CUDA it is pinned and each row goes to the device in one non_blocking copy,
-        # not three (a row is written again only in the next rollout, long after its copy is done)
+        # copy is the storage itself, on CUDA it is pinned (a non_blocking copy from pageable memory would wait for the
+        # transfer) and each row goes to the device in one copy, not three, ordered before the policy step that reads it
         host = env_out if device.type == "cpu" else torch.zeros(env_out.shape, pin_memory=True)
         host_np = host.numpy()
         step_index = torch.arange(args.num_steps, device=device)
@@ -434,20 +438,30 @@ def main(args):
             advantages_fn()
 
             # Optimizing the policy and value network
+            clipfracs = []
             for _epoch in range(args.update_epochs):
-                # trick: shuffle on the device (no index upload per minibatch), and no host read in this loop: the
-                # losses stay on the device until the log point below
+                # trick: shuffle on the device (no index upload), and no host read here: the losses stay on the device
                 b_inds = torch.randperm(args.batch_size, device=device).split(args.minibatch_size)
                 for mb_inds in b_inds:
                     stats = update_fn(mb_inds)
-                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+                    clipfracs.append(stats[LOGGED.index("clipfrac")])
+                if args.target_kl is not None and stats[LOGGED.index("approx_kl")] > args.target_kl:
                     break
 
-            # log point: the last minibatch's losses, read once per iteration
-            losses = run.check_finite(global_step, stats)
+            y_pred, y_true = values, returns
+            var_y = y_true.var(correction=0)
+            explained_var = torch.where(var_y == 0, torch.nan, 1 - (y_true - y_pred).var(correction=0) / var_y)
+
+            # log point, as CleanRL's: the last minibatch's losses, the mean clipfrac of all minibatches
+            stats = dict(zip(LOGGED, stats), clipfrac=torch.stack(clipfracs).mean())
+            logged = {"explained_variance": explained_var, "learning_rate": optimizer.param_groups[0]["lr"]}
+            losses = run.check_finite(global_step, stats, unchecked=logged)
             run.tick(global_step)
             run.report(global_step, {
-                "charts/learning_rate": optimizer.param_groups[0]["lr"], **{f"losses/{k}": v for k, v in losses.items()}
+                "charts/learning_rate": losses["learning_rate"], "losses/value_loss": losses["value"],
+                "losses/policy_loss": losses["policy"], "losses/entropy": losses["entropy"],
+                "losses/old_approx_kl": losses["old_approx_kl"], "losses/approx_kl": losses["approx_kl"],
+                "losses/clipfrac": losses["clipfrac"], "losses/explained_variance": losses["explained_variance"],
             })  # fmt: skip
 
         envs.close()

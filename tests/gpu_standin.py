@@ -351,9 +351,10 @@ def host_reads(root=LEANRL):
 # ---------------------------------------------------------------- a script's main() in this process
 
 
-def run_main(module, flags, tmp_path, cudagraphs=False):
-    """module.main() with these command-line flags on the CPU, in this process, its optimizers capturable as on CUDA;
-    with `cudagraphs`, --cudagraphs under the stand-in. Returns (results line, [(step, return)] of returns.csv)."""
+def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
+    """module.main() with these command-line flags on the CPU, in this process, its optimizers capturable as on CUDA
+    (force_capturable=False: as the script makes them); with `cudagraphs`, --cudagraphs under the stand-in. Returns
+    (results line, [(step, return)] of returns.csv)."""
     import json
 
     import tyro
@@ -377,7 +378,8 @@ def run_main(module, flags, tmp_path, cudagraphs=False):
 
             stack.enter_context(mock.patch.object(bk, "check_flags", check_flags_as_on_cuda))
         stack.enter_context(cuda_graphs_on_cpu())  # also lets capturable optimizers run on the CPU
-        stack.enter_context(mock.patch.object(torch.optim, "Adam", _capturable(torch.optim.Adam)))
+        if force_capturable:
+            stack.enter_context(mock.patch.object(torch.optim, "Adam", _capturable(torch.optim.Adam)))
         if args.compile:
             stack.enter_context(compile_through_dispatcher())
         module.main(args)

@@ -12,13 +12,13 @@ TWINS = [f"{pair}_torchcompile" for pair in PAIRS]
 # bytes copied into a captured function per call, at the tiny settings of tests/regression.py: observations and
 # indices only (replay buffers and frame stores are bound in, never inputs)
 MAX_BYTES_IN = {
-    "ppo_atari_envpool_torchcompile": 2 * 4 * 84 * 84 + 8,
-    "ppo_continuous_action_torchcompile": 256,
-    "dqn_torchcompile": 1024,
-    "dqn_atari_envpool_torchcompile": 4 * 84 * 84 + 64,
+    "ppo_atari_envpool_torchcompile": 32 * 8,  # the update's minibatch indices (32 int64); the policy step's: 8 bytes
+    "ppo_continuous_action_torchcompile": 32 * 8,  # the update's 32 int64 minibatch indices (policy step 8, GAE 0)
+    "dqn_torchcompile": 56,  # the buffer write: count 8 + one env's obs 16, action 8, reward 4, next obs 16, term. 4
+    "dqn_atari_envpool_torchcompile": 4 * 84 * 84 + 4,  # the policy step: one env's obs stack, epsilon (float32)
     "sac_continuous_action_torchcompile": 1024,
-    "td3_continuous_action_torchcompile": 1024,
-    "r2d2_atari_envpool_torchcompile": 1024,
+    "td3_continuous_action_torchcompile": 44,  # the update: count 8, one transition (obs 3, act, rew, next obs 3, term)
+    "r2d2_atari_envpool_torchcompile": 644,  # the policy step of 4 envs: obs, last action and reward, first, h, c, eps
 }
 
 

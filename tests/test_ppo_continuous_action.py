@@ -4,16 +4,21 @@ evaluate, bad input, a real divergence, determinism) and learning on InvertedPen
 
 import copy
 import csv
+import importlib
+import json
+import math
 import re
 import types
 from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import gymnasium as gym
 import pytest
 import torch
 import tyro
 from conftest import (
+    ROOT,
     args_from_flags,
     assert_finite_results_line,
     assert_main_exits_2_with_one_line,
@@ -21,7 +26,10 @@ from conftest import (
     load_script,
     run_script,
 )
+from gpu_standin import CONTRACTS, host_reads, run_main
 from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
+from regression import PAIRS
+from test_gpu_path import MAX_BYTES_IN, same_run
 
 from leanrl import bookkeeping as bk
 
@@ -100,7 +108,9 @@ def test_ppo_loss_matches_float64_reference(name, n, norm_adv, clip_vloss):
         newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns,
         clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
     )  # fmt: skip
-    assert want["clipfrac"] > 0
+    # CleanRL also logs old_approx_kl, the mean of -log(ratio) (the shared reference predates it)
+    want["old_approx_kl"] = sum(old - new for old, new in zip(oldlogprob.tolist(), newlogprob.tolist())) / n
+    assert want["clipfrac"] > 0 and want["old_approx_kl"] != 0
     got = {"loss": loss, **stats}
     assert set(got) == set(want)
     for key, value in want.items():
@@ -162,11 +172,13 @@ def test_twin_update_equals_eager_update():
     for mb_inds in minibatches(256, 64, 1)[:3]:
         want = eager.update(agent_e, opt_e, {k: x[mb_inds] for k, x in zip(FIELDS, batch)}, **HYPER)
         got = twin.update(agent_t, opt_t, *batch, mb_inds, **HYPER)
-        torch.testing.assert_close(got, want)
+        # the twin returns the same statistics as one stacked tensor (one output for a CUDA graph to clone)
+        assert got.shape == (len(twin.LOGGED),) and set(twin.LOGGED) == set(want)
+        torch.testing.assert_close(dict(zip(twin.LOGGED, got)), want)
     torch.testing.assert_close(agent_t.state_dict(), agent_e.state_dict())
     # the minibatch matters: the same step on other rows of the batch gives other losses
     other = twin.update(copy.deepcopy(agent_t), copy.deepcopy(opt_t), *batch, minibatches(256, 64, 2)[0], **HYPER)
-    assert other["loss"] != got["loss"]
+    assert other[0] != got[0]
 
 
 def test_compiled_update_equals_eager_update():
@@ -286,6 +298,196 @@ def test_graph_breaks_of_the_twin_update_are_pytorchs_own():
             optimizer.param_groups[0]["lr"].fill_(3e-4 / (i + 1))
             update(minibatches(256, 64, i)[i % 4], **HYPER)
     assert len(graphs) == 4
+
+
+# ---------------------------------------------------------------- the GPU path, on the CPU (tests/gpu_standin.py)
+
+# the tiny settings of tests/regression.py: Pendulum-v1, 7 iterations of 64 steps, 2 epochs of 2 minibatches of 32
+REGRESSION = list(PAIRS[EAGER])
+ITERATIONS, STEPS, UPDATES = 7, 64, 4  # iterations, env steps and minibatch updates per iteration
+
+STEP = "next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())"
+HOST_READS = {  # by "method at file: line"; the same with and without --compile --cudagraphs
+    # the env steps on the host: the action is read once per env step (.cpu() is the sync; .numpy() of its result,
+    # already on the host, is counted too)
+    f"cpu at {TWIN}.py: {STEP}": ITERATIONS * STEPS,
+    f"numpy at {TWIN}.py: {STEP}": ITERATIONS * STEPS,
+    # the log point, once per iteration: the losses, clipfrac, explained variance and lr in one stacked read
+    # (--target-kl, off by default, adds CleanRL's early-stop test of approx_kl: one read per epoch)
+    "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": ITERATIONS,
+    # setup, once: the numpy view of the storage's host copy, and Adam's constructor checking 0 <= lr on the lr tensor
+    f"numpy at {TWIN}.py: host_np = host.numpy()": 1,
+    f"__bool__ at {TWIN}.py: optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=capturable)": 1,
+}
+
+
+@pytest.mark.parametrize("flags", [[], ["--compile"]], ids=["twin", "twin-compile-cudagraphs"])
+def test_host_reads_of_the_twin_are_the_pinned_ones(flags, tmp_path):
+    """Every read of a tensor to the host in a twin run, counted by line: a new one fails here, naming its line."""
+    with host_reads() as reads:
+        line, _ = run_main(twin, REGRESSION + flags, tmp_path, cudagraphs=bool(flags))
+    assert line["status"] == "ok" and line["steps"] == ITERATIONS * STEPS
+    assert dict(reads) == HOST_READS
+
+
+@pytest.mark.parametrize("flags", [[], ["--compile"]], ids=["cudagraphs", "compile-cudagraphs"])
+def test_the_twins_own_optimizer_is_captured(flags, tmp_path):
+    """Issue 16 item 8: the Adam the twin makes (not one the stand-in forces capturable) is capturable under
+    --cudagraphs, with or without --compile: the update is captured, and the run gives the numbers of the run without
+    CUDA graphs. A non-capturable Adam reads its step count to the host in step(), which a capture refuses."""
+    want = run_main(twin, REGRESSION + flags, tmp_path / "plain")
+    got = run_main(twin, REGRESSION + flags, tmp_path / "graphs", cudagraphs=True, force_capturable=False)
+    same_run(got, want)
+    assert {contract.name for contract in CONTRACTS} == {"policy_step", "advantages_and_returns", "update"}
+    for contract in CONTRACTS:
+        assert contract.captured_at is not None and contract.violations(MAX_BYTES_IN[TWIN]) == []
+
+
+def test_twin_steps_run_on_the_meta_device():
+    """The policy step, GAE with its bootstrap value, the loss and the update (with a capturable Adam) on the meta
+    device, which has no data: a host read (.item(), a data-dependent branch) raises there, and so does a tensor made
+    on the CPU (without device=) meeting the storage. Not here: the explained variance and the clipfrac mean of the log
+    point (a few ops inline in main) and Adam's constructor, whose check of the lr tensor is the pinned setup read."""
+    meta = torch.device("meta")
+    agent = twin.Agent(SPACES).to(meta)
+    T, B = 8, 3
+    env_out, obs, rewards, dones, actions, logprobs, values = (x.to(meta) for x in rollout_storage(T, B, seed=0))
+    advantages, returns = torch.zeros(T, B, device=meta), torch.zeros(T, B, device=meta)
+    action = twin.policy_step(agent, obs, actions, logprobs, values, torch.arange(T, device=meta)[2:3])
+    assert action.device == meta and action.shape == (B, 2)
+    twin.advantages_and_returns(agent, obs, rewards, dones, values, advantages, returns, 0.99, 0.95)
+    gae = twin.gae(rewards[1:], values, dones[:-1], values[0], dones[-1], 0.99, 0.95)
+    assert gae.device == meta and gae.shape == (T, B)
+    loss, stats = twin.ppo_loss(*(x.to(meta) for x in random_ppo_minibatch(16, seed=0)), 0.2, 0.01, 0.5, True, True)
+    assert loss.device == meta and all(v.device == meta for v in stats.values())
+    optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4, eps=1e-5, capturable=True)
+    optimizer.param_groups[0]["lr"] = torch.tensor(3e-4, device=meta)  # as the twin's lr tensor on its device
+    flat = (obs[:-1].flatten(0, 1), actions.flatten(0, 1), logprobs.view(-1), advantages.view(-1), returns.view(-1))
+    adam = importlib.import_module("torch.optim.adam")  # its capturable step checks the device: let meta through
+    supported = adam._get_capturable_supported_devices
+    with mock.patch.object(adam, "_get_capturable_supported_devices", lambda **kw: [*supported(), "meta"]):
+        for mb_inds in torch.randperm(T * B, device=meta).split(T * B // 2):  # two steps: Adam's state made, then used
+            got = twin.update(agent, optimizer, *flat, values.view(-1), mb_inds, **HYPER)
+            assert got.device == meta and got.shape == (len(twin.LOGGED),)
+    assert all(t.device == meta for t in optimizer.state[agent.actor_logstd].values())
+
+
+# the iteration in which each CUDA graph of the twin is captured at the default flags (2048 steps per iteration,
+# 10 epochs of 32 minibatches): its warmup-th call, at these calls per iteration
+CALLS_PER_ITERATION = {"policy_step": 2048, "advantages_and_returns": 1, "update": 320}
+
+
+def test_default_measure_burnin_leaves_compilation_and_capture_out(tmp_path):
+    """--measure-burnin's default covers every warm-up and capture of the twin at the default flags, with a margin:
+    GAE, called once an iteration, is captured at its warmup-th call."""
+    run_main(twin, REGRESSION, tmp_path, cudagraphs=True)
+    captured_in = {c.name: math.ceil(c.captured_at / CALLS_PER_ITERATION[c.name]) for c in CONTRACTS}
+    assert set(captured_in) == set(CALLS_PER_ITERATION)
+    assert max(captured_in.values()) + 2 <= twin.Args.measure_burnin == eager.Args.measure_burnin, captured_in
+    # one meaning in every script (issue 16 item 6), in its flag's docstring
+    meaning = "iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"
+    for name in SCRIPTS:
+        source = (ROOT / "leanrl" / f"{name}.py").read_text()
+        assert f'measure_burnin: int = {twin.Args.measure_burnin}\n    """{meaning}"""' in source, name
+
+
+def main_in_process(module, flags, tmp_path):
+    """module.main() with these flags on the CPU in this process, as a user runs it; returns its results line."""
+    args = tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(tmp_path / "results.jsonl")])
+    module.main(args)
+    [line] = [json.loads(text) for text in (tmp_path / "results.jsonl").read_text().splitlines()]
+    return line
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_steps_per_second_leave_the_burnin_iterations_out(name, tmp_path, monkeypatch):
+    """A fake clock: the first update (where the twin compiles and captures) takes 100 s, every other one 1 s, and the
+    env takes no time. With --measure-burnin 2, steps/s are those of iterations 3 to 7: 5 * 64 steps in 5 * 4 s."""
+    module = MODULES[name]
+    clock, update = Clock(), module.update
+
+    def timed_update(*args, **kwargs):
+        clock.now += 100.0 if clock.now == 1000.0 else 1.0
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(bk.time, "time", clock)
+    monkeypatch.setattr(module, "update", timed_update)
+    line = main_in_process(module, REGRESSION + ["--measure-burnin", "2"], tmp_path)
+    assert clock.now == 1000.0 + 100.0 + ITERATIONS * UPDATES - 1
+    assert line["sps"] == pytest.approx((ITERATIONS - 2) * STEPS / ((ITERATIONS - 2) * UPDATES))
+    clock.now = 1000.0  # again, measured from the start: the slow first update is in
+    line = main_in_process(module, REGRESSION + ["--measure-burnin", "0"], tmp_path / "all")
+    assert line["sps"] == pytest.approx(ITERATIONS * STEPS / (100.0 + ITERATIONS * UPDATES - 1))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_track_logs_cleanrl_keys_with_cleanrl_meanings(name, tmp_path, monkeypatch, fake_wandb):
+    """With --track, each iteration logs CleanRL's keys: the last minibatch's losses, the mean clipfrac of all the
+    iteration's minibatches, the explained variance of the values against the returns and the annealed lr; the last
+    log point's values are the ones in the results line. Checked against the updates and GAE calls of the run."""
+    module = MODULES[name]
+    updates, rollouts = [], []
+
+    def recorded_update(*args, **kwargs):
+        out = module_update(*args, **kwargs)
+        updates.append(out if isinstance(out, dict) else dict(zip(module.LOGGED, out)))
+        return out
+
+    def recorded_gae(rewards, values, *args):
+        advantages = module_gae(rewards, values, *args)
+        rollouts.append((values.double().clone(), (advantages + values).double()))
+        return advantages
+
+    module_update, module_gae = module.update, module.gae
+    monkeypatch.setattr(module, "update", recorded_update)
+    monkeypatch.setattr(module, "gae", recorded_gae)
+    line = main_in_process(module, REGRESSION + ["--track"], tmp_path)
+    logs = [(step, data) for step, data in fake_wandb.logs if "losses/value_loss" in data]
+    assert fake_wandb.keys() == {
+        "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
+        "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
+        "losses/clipfrac", "losses/explained_variance",
+    }  # fmt: skip
+    assert [step for step, _ in logs] == [STEPS * i for i in range(1, ITERATIONS + 1)]
+    assert len(updates) == ITERATIONS * UPDATES and len(rollouts) == ITERATIONS
+    short = {"value_loss": "value", "policy_loss": "policy"}
+    for i, (_, data) in enumerate(logs):
+        minibatches, (values, returns) = updates[UPDATES * i : UPDATES * (i + 1)], rollouts[i]
+        for key in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
+            assert data[f"losses/{key}"] == pytest.approx(minibatches[-1][short.get(key, key)].item(), rel=1e-6), key
+        clipfracs = [stats["clipfrac"].item() for stats in minibatches]
+        assert data["losses/clipfrac"] == pytest.approx(sum(clipfracs) / UPDATES, rel=1e-6, abs=1e-9)
+        explained = 1 - (returns - values).var(correction=0) / returns.var(correction=0)
+        assert data["losses/explained_variance"] == pytest.approx(explained.item(), rel=1e-4, abs=1e-5)
+        assert data["charts/learning_rate"] == pytest.approx(3e-4 * (1 - i / ITERATIONS), rel=1e-6)
+    # the results line reports the last log point, under its short names
+    last = logs[-1][1]
+    losses = {**line["losses"], "value_loss": line["losses"]["value"], "policy_loss": line["losses"]["policy"]}
+    for key, value in last.items():
+        if key.startswith("losses/"):
+            assert losses[key.removeprefix("losses/")] == value, key
+    assert line["losses"]["learning_rate"] == last["charts/learning_rate"]
+
+
+def test_explained_variance_nan_is_reported_not_a_divergence(tmp_path):
+    """bk.Run.check_finite(unchecked=...): values read with the losses, in the results line, never a reason to stop
+    (CleanRL's explained variance is NaN when the returns do not vary); a non-finite loss still stops the run."""
+    args = tyro.cli(twin.Args, args=["--results-file", str(tmp_path / "results.jsonl")])
+    with bk.Run(__file__, args, torch.device("cpu"), record=False) as run:
+        losses = {"loss": torch.tensor(0.5), "value": torch.tensor(0.25)}
+        got = run.check_finite(64, losses, unchecked={"explained_variance": torch.tensor(float("nan"))})
+        assert got["loss"] == 0.5 and got["value"] == 0.25 and math.isnan(got["explained_variance"])
+        with pytest.raises(bk.Diverged, match="loss diverged at step 128: value=nan"):
+            run.check_finite(128, {"loss": 0.5, "value": float("nan")}, unchecked={"explained_variance": 0.5})
+        run.status = "ok"
 
 
 def test_checkpoint_loads_to_the_cpu_for_numpy(tmp_path):
