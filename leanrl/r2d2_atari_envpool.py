@@ -48,8 +48,8 @@ class Args:
     """whether to save the model (and what evaluation needs) into the run folder at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    measure_burnin: int = 3
-    """iterations left out of the steps/s figure"""
+    measure_burnin: int = 100
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -260,11 +260,11 @@ def new_sum_tree(capacity, device="cpu"):
 
 
 def tree_update(tree, index, value):
-    """Set the leaves of the slots `index` (B,) to `value` (B,), then recompute their ancestors level by level.
-    A repeated index is safe: every write to a parent stores the sum of its two children as they are now."""
+    """Set the leaves of the slots `index` (B,) to `value` (B,), then recompute their ancestors level by level. A slot
+    given twice gets its last value on every device: all its writes carry that one (CUDA writes in no set order)."""
     leaves = tree.shape[0] // 2
-    node = index + leaves
-    tree.index_put_((node,), value)
+    node, order = torch.sort(index + leaves, stable=True)  # a slot's repeats side by side, in the order given
+    tree.index_put_((node,), value[order][torch.searchsorted(node, node, right=True) - 1])  # the last of each slot's
     for _ in range(leaves.bit_length() - 1):
         node = node // 2
         tree.index_put_((node,), tree[2 * node] + tree[2 * node + 1])
@@ -354,9 +354,7 @@ def store_state(store, index, start, h, c):
 
 def stack_frames(store, env, pos, stack):
     """The observations at stream positions pos of the envs env (same shape): stacks of `stack` frames, newest last.
-
-    Going back from pos, a frame that began an episode is repeated in place of the older ones, as envpool does.
-    """
+    Going back from pos, a frame that began an episode is repeated in place of the older ones, as envpool does."""
     slots = store["frames"].shape[1]
     if stack == 1:
         return store["frames"][env, pos % slots]
@@ -406,8 +404,7 @@ def update_priorities(store, index, priorities, alpha):
 
 def part(batch, start, stop):
     """The network's inputs for the steps [start, stop) of a batch."""
-    keys = ("obs", "prev_actions", "prev_rewards", "first")
-    return tuple(batch[key][start:stop] for key in keys)
+    return tuple(batch[key][start:stop] for key in ("obs", "prev_actions", "prev_rewards", "first"))
 
 
 def update(q_network, target_network, optimizer, batch, weights, burn_in, gamma, n_step, eps, max_grad_norm, eta):
@@ -558,7 +555,10 @@ def main(args):
     num_iterations = args.total_timesteps // args.num_envs
     length, period = args.burn_in + args.seq_len, args.seq_len - args.overlap
 
-    with bk.Run(__file__, args, device, buffer_device=store_device.type) as run:
+    # steps/s leaves out the iterations before the first gradient step, and --measure-burnin more (the default 100
+    # covers the twin's update capture at its 3rd call, 2 * train_frequency / num_envs = 40 iterations in at defaults)
+    burnin = -(-args.learning_starts // args.train_frequency) * args.train_frequency // args.num_envs
+    with bk.Run(__file__, args, device, burnin=burnin + args.measure_burnin, buffer_device=store_device.type) as run:
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
         n_actions = envs.action_space.n
@@ -583,7 +583,7 @@ def main(args):
         prev_actions = torch.zeros(args.num_envs, dtype=torch.long, device=device)
         prev_rewards = torch.zeros(args.num_envs, device=device)
         first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
-        global_step, updates, next_check, out = 0, 0, 0, None
+        global_step, updates, logged, out = 0, 0, 0, None
         for iteration in run.progress(range(num_iterations)):
             # a sequence starts here every `period` steps: it keeps the LSTM state the actor has now
             if iteration % period == 0:
@@ -600,8 +600,9 @@ def main(args):
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, rewards, terminations, truncations, infos = envs.step(actions)
             global_step += args.num_envs
-            for episodic_return in bk.game_returns(running_returns, rewards, terminations | truncations):
-                run.episode(global_step, episodic_return)
+            ended = terminations | truncations  # a game's length: envpool's count of its steps where it ends
+            for ret, game_length in zip(bk.game_returns(running_returns, rewards, ended), infos["elapsed_step"][ended]):
+                run.episode(global_step, ret, int(game_length))
 
             # save data to the replay memory: the newest frame once, whether it began an episode, the step's data
             next_obs = observe(next_obs, args.mask_velocity)
@@ -630,15 +631,14 @@ def main(args):
                 if updates % args.target_network_frequency == 0:
                     target_network.load_state_dict(q_network.state_dict())
 
-            # the losses come to the host every 100 iterations; a non-finite one stops the run
-            if train_steps and iteration >= next_check:
-                next_check = iteration + 100
-                run.check_finite(global_step, out)
             run.tick(global_step)
-            if iteration % 100 == 0:
-                run.report(global_step, {f"losses/{name}": value for name, value in run.losses.items()})
-        if out is not None:
-            run.check_finite(global_step, out)
+            # every 100 env steps (CleanRL's DQN) and at the end: SPS, new losses read in one go, stop if non-finite
+            if global_step // 100 > (global_step - args.num_envs) // 100 or iteration == num_iterations - 1:
+                logs = {}
+                if updates > logged:
+                    logged, losses = updates, run.check_finite(global_step, out)
+                    logs = {"losses/td_loss": losses["loss"], "losses/q_values": losses["q_values"]}
+                run.report(global_step, logs)
         envs.close()
         run.fields["updates"] = updates
         if args.save_model:

@@ -51,8 +51,8 @@ class Args:
     """whether to save the model (and what evaluation needs) into the run folder at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    measure_burnin: int = 3
-    """iterations left out of the steps/s figure"""
+    measure_burnin: int = 100
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -267,11 +267,11 @@ def new_sum_tree(capacity, device="cpu"):
 
 
 def tree_update(tree, index, value):
-    """Set the leaves of the slots `index` (B,) to `value` (B,), then recompute their ancestors level by level.
-    A repeated index is safe: every write to a parent stores the sum of its two children as they are now."""
+    """Set the leaves of the slots `index` (B,) to `value` (B,), then recompute their ancestors level by level. A slot
+    given twice gets its last value on every device: all its writes carry that one (CUDA writes in no set order)."""
     leaves = tree.shape[0] // 2
-    node = index + leaves
-    tree.index_put_((node,), value)
+    node, order = torch.sort(index + leaves, stable=True)  # a slot's repeats side by side, in the order given
+    tree.index_put_((node,), value[order][torch.searchsorted(node, node, right=True) - 1])  # the last of each slot's
     for _ in range(leaves.bit_length() - 1):
         node = node // 2
         tree.index_put_((node,), tree[2 * node] + tree[2 * node + 1])
@@ -362,9 +362,7 @@ def store_state(store, index, start, h, c):
 
 def stack_frames(store, env, pos, stack):
     """The observations at stream positions pos of the envs env (same shape): stacks of `stack` frames, newest last.
-
-    Going back from pos, a frame that began an episode is repeated in place of the older ones, as envpool does.
-    """
+    Going back from pos, a frame that began an episode is repeated in place of the older ones, as envpool does."""
     slots = store["frames"].shape[1]
     if stack == 1:
         return store["frames"][env, pos % slots]
@@ -414,8 +412,7 @@ def update_priorities(store, index, priorities, alpha):
 
 def part(batch, start, stop):
     """The network's inputs for the steps [start, stop) of a batch."""
-    keys = ("obs", "prev_actions", "prev_rewards", "first")
-    return tuple(batch[key][start:stop] for key in keys)
+    return tuple(batch[key][start:stop] for key in ("obs", "prev_actions", "prev_rewards", "first"))
 
 
 def update(q_network, target_network, optimizer, batch, weights, burn_in, gamma, n_step, eps, max_grad_norm, eta):
@@ -453,12 +450,9 @@ def sample_and_update(q_network, target_network, optimizer, store, args, copy_ta
     # the periodic target copy is a masked copy in the graph (copy_target lives on the training device)
     index, weights = tree_sample(store["tree"], args.batch_size, args.importance_sampling_exponent)
     device = copy_target.device
-    batch = {
-        k: v.to(device, non_blocking=True)
-        for k, v in sample_sequences(store, index, args.burn_in + args.seq_len).items()
-    }
+    batch = {k: v.to(device) for k, v in sample_sequences(store, index, args.burn_in + args.seq_len).items()}
     out, priorities = update(
-        q_network, target_network, optimizer, batch, weights.to(device, non_blocking=True), args.burn_in, args.gamma,
+        q_network, target_network, optimizer, batch, weights.to(device), args.burn_in, args.gamma,
         args.n_step, args.value_rescale_eps, args.max_grad_norm, args.priority_eta,
     )  # fmt: skip
     update_priorities(store, index, priorities, args.priority_exponent)
@@ -605,7 +599,10 @@ def main(args):
     num_iterations = args.total_timesteps // args.num_envs
     length, period = args.burn_in + args.seq_len, args.seq_len - args.overlap
 
-    with bk.Run(__file__, args, device, buffer_device=store_device.type) as run:
+    # steps/s leaves out the iterations before the first gradient step, and --measure-burnin more (the default 100
+    # covers the twin's update capture at its 3rd call, 2 * train_frequency / num_envs = 40 iterations in at defaults)
+    burnin = -(-args.learning_starts // args.train_frequency) * args.train_frequency // args.num_envs
+    with bk.Run(__file__, args, device, burnin=burnin + args.measure_burnin, buffer_device=store_device.type) as run:
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
         n_actions = envs.action_space.n
@@ -643,8 +640,8 @@ def main(args):
         newest = (lambda o: o[:, -1]) if len(frame_shape) == 2 else (lambda o: o)
 
         # TRY NOT TO MODIFY: start the game
-        # trick: non_blocking host-to-device copies; the obs goes to the device once, for the policy and the store
-        to_device = lambda x, dtype=None, device=device: torch.as_tensor(x, dtype=dtype).to(device, non_blocking=True)
+        # trick: the obs goes to the device once, for the policy and the store
+        to_device = lambda x, dtype=None, device=device: torch.as_tensor(x, dtype=dtype).to(device)
         to_store = partial(to_device, device=store_device)
         obs = to_device(obs)
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
@@ -653,7 +650,7 @@ def main(args):
         prev_actions = torch.zeros(args.num_envs, dtype=torch.long, device=device)
         prev_rewards = torch.zeros(args.num_envs, device=device)
         first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
-        global_step, updates, next_check, out = 0, 0, 0, None
+        global_step, updates, logged, out = 0, 0, 0, None
         for iteration in run.progress(range(num_iterations)):
             # a sequence starts here every `period` steps: it keeps the LSTM state the actor has now
             if iteration % period == 0:
@@ -665,8 +662,9 @@ def main(args):
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
             global_step += args.num_envs
-            for episodic_return in bk.game_returns(running_returns, rewards, terminations | truncations):
-                run.episode(global_step, episodic_return)
+            ended = terminations | truncations  # a game's length: envpool's count of its steps where it ends
+            for ret, game_length in zip(bk.game_returns(running_returns, rewards, ended), infos["elapsed_step"][ended]):
+                run.episode(global_step, ret, int(game_length))
 
             # save data to the replay memory: the newest frame once, whether it began an episode, the step's data
             next_obs = observe(next_obs, args.mask_velocity)
@@ -686,15 +684,14 @@ def main(args):
                 # update the target network
                 out = update_step(copy_yes if updates % args.target_network_frequency == 0 else copy_no)
 
-            # the losses come to the host every 100 iterations; a non-finite one stops the run
-            if train_steps and iteration >= next_check:
-                next_check = iteration + 100
-                run.check_finite(global_step, out)
             run.tick(global_step)
-            if iteration % 100 == 0:
-                run.report(global_step, {f"losses/{name}": value for name, value in run.losses.items()})
-        if out is not None:
-            run.check_finite(global_step, out)
+            # every 100 env steps (CleanRL's DQN) and at the end: SPS, new losses read in one go, stop if non-finite
+            if global_step // 100 > (global_step - args.num_envs) // 100 or iteration == num_iterations - 1:
+                logs = {}
+                if updates > logged:
+                    logged, losses = updates, run.check_finite(global_step, out)
+                    logs = {"losses/td_loss": losses["loss"], "losses/q_values": losses["q_values"]}
+                run.report(global_step, logs)
         envs.close()
         run.fields["updates"] = updates
         if args.save_model:

@@ -1,7 +1,10 @@
 """R2D2 (envpool): value rescaling, sequence targets and priorities against float64 loops, the sum tree's sampler by
-chi-square, the sequence store and the burn-in against real env streams, twin agreement, the scripts end to end."""
+chi-square, the sequence store and the burn-in against real env streams, twin agreement, the GPU path on the CPU
+(meta device, host reads, the steps/s window, wandb keys), the scripts end to end."""
 
+import contextlib
 import copy
+import importlib
 import math
 import sys
 from functools import partial
@@ -9,6 +12,7 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
+import tyro
 from conftest import (
     args_from_flags,
     assert_finite_results_line,
@@ -16,7 +20,14 @@ from conftest import (
     assert_summary_matches,
     load_script,
     run_script,
+    strict_json,
 )
+from gpu_standin import host_reads, run_main
+from regression import PAIRS
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from leanrl import bookkeeping as bk
 
 EAGER, TWIN = "r2d2_atari_envpool", "r2d2_atari_envpool_torchcompile"
 SCRIPTS = (EAGER, TWIN)
@@ -248,26 +259,52 @@ def test_importance_weights_equal_the_formula(mods, name):
     assert weights.max() == 1.0 and (weights > 0).all()
 
 
+class WritesInReverse(TorchDispatchMode):
+    """A backend that applies the writes of an indexed store (index_put_) last to first: CUDA promises no order
+    between writes to the same element, this CPU happens to apply them first to last."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        args = list(args)
+        if func is torch.ops.aten.index_put_.default and len(args[1]) == 1:
+            (index,), values = args[1], args[2]
+            args[1] = [index.flip(0)]
+            if values.dim() and values.shape[0] == index.shape[0]:
+                args[2] = values.flip(0)
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_updates_with_repeated_indices_leave_a_valid_tree(mods, name):
+def test_a_slot_written_twice_keeps_its_last_priority_in_any_write_order(mods, name):
+    """Issue 16 item 12: a batch that samples a sequence twice writes two priorities to its leaf. The tree keeps the
+    one given last, whatever order the device applies the writes in (a plain indexed write keeps the last on this CPU
+    and an arbitrary one on CUDA: a seeded GPU run would not repeat itself); every parent is the sum of its children."""
     module = mods[name]
-    tree = module.new_sum_tree(20)
-    module.tree_update(tree, torch.arange(20), torch.ones(20))
-    index = torch.tensor([3, 3, 3, 17, 5, 17, 0, 0])
-    values = torch.tensor([2.0, 7.0, 4.0, 0.5, 9.0, 1.5, 0.0, 3.0])
-    module.tree_update(tree, index, values)
-    check_tree(tree)
-    leaves = tree[32:52]
-    for i in set(index.tolist()):
-        assert float(leaves[i]) in values[index == i].tolist()
-    assert float(tree[1]) == pytest.approx(float(leaves.sum()), rel=1e-6)
-    assert tree[52:].sum() == 0  # the padding leaves stay empty
-    # the store's priority update: leaves get p^alpha, the running max follows
+    g = torch.Generator().manual_seed(12)
+    start = torch.rand(20, generator=g)
+    index = torch.tensor([3, 3, 3, 17, 5, 17, 0, 0, 19, 3])
+    values = torch.tensor([2.0, 7.0, 4.0, 0.5, 9.0, 1.5, 0.0, 3.0, 0.25, 6.0])
+    for order in [torch.arange(10), torch.arange(9, -1, -1), *(torch.randperm(10, generator=g) for _ in range(5))]:
+        trees = []
+        for backend in (contextlib.nullcontext, WritesInReverse):
+            tree = module.new_sum_tree(20)
+            module.tree_update(tree, torch.arange(20), start)
+            with backend():
+                module.tree_update(tree, index[order], values[order])
+            trees.append(tree)
+        assert torch.equal(trees[0], trees[1])  # bit for bit
+        want = start.clone()
+        for i, value in zip(index[order].tolist(), values[order].tolist()):
+            want[i] = value  # the last given wins
+        tree = trees[0]
+        check_tree(tree)
+        assert torch.equal(tree[32:52], want)
+        assert tree[52:].sum() == 0  # the padding leaves stay empty
+    # the store's priority update: leaves get p^alpha (a repeated slot the last one's), the running max follows
     store = module.new_store(2, 2 * 40, 8, 4, (2,), torch.float32)
     module.update_priorities(store, torch.tensor([1, 1, 4]), torch.tensor([2.0, 3.0, 0.5]), 0.9)
     check_tree(store["tree"])
     assert float(store["max_priority"]) == 3.0
-    assert float(store["tree"][16 + 1]) in (2.0**0.9, pytest.approx(3.0**0.9))
+    assert float(store["tree"][16 + 1]) == pytest.approx(3.0**0.9)
 
 
 # ---------------------------------------------------------------- the sequence store and burn-in on real streams
@@ -553,6 +590,189 @@ def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
 # graph_break() (2) and the fused Adam kernel, which torch.compile leaves to eager (2)
 GRAPH_BREAKS = 7
 PYTORCH_OWN_BREAKS = ("Optimizer.zero_grad", "Tensor.backward()", "torch._dynamo.graph_break()", "fused optimizer")
+
+
+# ---------------------------------------------------------------- the GPU path on the CPU: devices, host reads, speed
+
+
+class OnlyMeta(TorchDispatchMode):
+    """Records every op that makes a tensor off the meta device (a tensor created without `device=`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.off_meta = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                self.off_meta.append(f"{func} made a {t.device.type} tensor {tuple(t.shape)}")
+        return out
+
+
+def test_the_twin_step_functions_run_on_the_meta_device(mods, monkeypatch):
+    """Issue 16 item 4: the policy step, the replay write, the sequence bookkeeping, the sum tree's walk and update,
+    the sequence gather, the update (burn-in, targets, loss, Adam, priorities) and the whole sample_and_update run with
+    every tensor on `meta`: a host read (.item(), nonzero, ...) raises there, and no op makes a tensor elsewhere (a
+    tensor created without `device=` would be a CPU one). The one exception: the fused Adam kernel has no meta kernel,
+    so the optimizer here is Adam's foreach form (capturable, as on CUDA)."""
+    twin = mods[TWIN]
+    meta, E, H, A, B = torch.device("meta"), 4, 16, 3, 8
+    empty = lambda *shape, dtype=torch.float32: torch.empty(*shape, dtype=dtype, device=meta)
+    flags = lambda: empty(E, dtype=torch.bool)
+    adam = importlib.import_module("torch.optim.adam")
+    supported = adam._get_capturable_supported_devices
+    monkeypatch.setattr(
+        adam, "_get_capturable_supported_devices", lambda supports_xla=True: [*supported(supports_xla), "meta"]
+    )
+    q_network, target_network = twin.QNetwork((2,), A, H).to(meta), twin.QNetwork((2,), A, H).to(meta)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-3, eps=1e-3, foreach=True, capturable=True)
+    store = twin.new_store(E, E * 40, 4, H, (2,), torch.float32, meta)
+    args = twin.Args(burn_in=2, seq_len=4, overlap=2, batch_size=B, hidden_size=H)
+    with OnlyMeta() as mode:
+        assert torch.arange(2).device.type == "cpu" and mode.off_meta  # the check sees a tensor made without device=
+        mode.off_meta.clear()
+        obs, prev_actions, state = empty(E, 2), empty(E, dtype=torch.long), (empty(E, H), empty(E, H))
+        actions, h, c = twin.act(q_network, obs, prev_actions, empty(E), flags(), *state, empty(E))
+        twin.store_add(store, empty(E, 2), flags(), actions, empty(E), flags(), flags())
+        twin.store_state(store, twin.sequence_slots(store, 8), 8, h, c)
+        twin.add_sequences(store, 14, 6, 2, 0.9)
+        index, weights = twin.tree_sample(store["tree"], B, 0.6)
+        batch = twin.sample_sequences(store, index, 6)
+        hyper = (args.burn_in, args.gamma, args.n_step, args.value_rescale_eps, args.max_grad_norm, args.priority_eta)
+        out, priorities = twin.update(q_network, target_network, optimizer, batch, weights, *hyper)
+        twin.update_priorities(store, index, priorities, 0.9)
+        out_too = twin.sample_and_update(
+            q_network, target_network, optimizer, store, args, torch.tensor(True, device=meta)
+        )
+    assert mode.off_meta == []
+    for t in (actions, h, c, index, weights, *batch.values(), *out.values(), *out_too.values(), priorities):
+        assert t.device == meta
+    assert actions.shape == (E,) and index.shape == weights.shape == priorities.shape == (B,)
+    assert batch["obs"].shape == (6, B, 2) and batch["h"].shape == (B, H) and set(out) == {"loss", "q_values"}
+
+
+# the twin's host reads at the tiny regression flags (tests/regression.py R2D2: 150 iterations of 4 envs, a gradient
+# step every other iteration from env step 200), by line; the same with --cudagraphs
+HOST_READS = {
+    # the actions go to the env once per iteration: envpool steps on numpy actions (.numpy() of the CPU copy is free)
+    f"cpu at {TWIN}.py: next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())": 150,
+    f"numpy at {TWIN}.py: next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())": 150,
+    # the losses, both in one read, at the log points (every 100 env steps) after a new gradient step: 300, ..., 600
+    "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": 4,
+}
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True], ids=["plain", "cudagraphs"])
+def test_host_reads_of_the_twin_are_the_pinned_ones(mods, cudagraphs, tmp_path):
+    """Issue 16 item 3: a new host read in the twin's loop fails here, naming its line."""
+    with host_reads() as counts:
+        run_main(mods[TWIN], list(PAIRS[EAGER]), tmp_path, cudagraphs=cudagraphs)
+    assert dict(counts) == HOST_READS
+
+
+def main_in_process(module, flags, tmp_path, cudagraphs=False):
+    """module.main() on these flags in this process; the results line. The twin runs through the GPU stand-in."""
+    if module.__name__ == TWIN:
+        return run_main(module, flags, tmp_path, cudagraphs=cudagraphs)[0]
+    results = tmp_path / "results.jsonl"
+    module.main(tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(results)]))
+    return strict_json(results.read_text())
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+# CartPole at the tiny sizes with the defaults' 20 iterations per gradient step (640 / 32): 200 iterations of 4 envs,
+# gradient steps at env steps 240, 320, ..., 720 (iterations 60, 80, ..., 180)
+PER_20_ITERATIONS = ("--env-id", "CartPole-v1", "--num-envs", "4", "--hidden-size", "16", "--burn-in", "1")
+PER_20_ITERATIONS += ("--seq-len", "3", "--overlap", "1", "--batch-size", "8", "--train-frequency", "80")
+PER_20_ITERATIONS += ("--buffer-size", "400", "--learning-starts", "200", "--target-network-frequency", "10")
+PER_20_ITERATIONS += (
+    "--total-timesteps",
+    "800",
+)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("measure_burnin", [None, 0])
+def test_steps_per_second_leave_out_the_update_warmup_and_capture(mods, name, measure_burnin, tmp_path, monkeypatch):
+    """Issue 16 item 6: steps/s are measured from --measure-burnin iterations after learning starts. A fake clock: an
+    env step takes 1 s, a Python call of the update 1000 s (the twin's under --cudagraphs: its two warm-up calls and
+    the capture, which runs it twice; a replay runs no Python), the eager's first three calls alike. At the default
+    --measure-burnin none of them is in the window: steps/s are 4 envs per second exactly; with 0 the window opens as
+    the first gradient step's iteration begins."""
+    module = mods[name]
+    clock = Clock()
+    monkeypatch.setattr(bk.time, "time", clock)
+    make_env = module.make_env
+
+    def make_timed_env(*args, **kwargs):
+        envs = make_env(*args, **kwargs)
+        step = envs.step
+
+        def timed_step(actions):
+            clock.now += 1.0
+            return step(actions)
+
+        envs.step = timed_step
+        return envs
+
+    monkeypatch.setattr(module, "make_env", make_timed_env)
+    slow_name = "sample_and_update" if name == TWIN else "update"
+    slow_function, python_calls = getattr(module, slow_name), []
+
+    def slow_update(*args, **kwargs):
+        python_calls.append(clock.now)
+        if name == TWIN or len(python_calls) <= 3:
+            clock.now += 1000.0
+        return slow_function(*args, **kwargs)
+
+    monkeypatch.setattr(module, slow_name, slow_update)
+    flags = [*PER_20_ITERATIONS] + ([] if measure_burnin is None else ["--measure-burnin", str(measure_burnin)])
+    line = main_in_process(module, flags, tmp_path, cudagraphs=name == TWIN)
+    assert line["status"] == "ok" and line["steps"] == 800 and line["updates"] == 7
+    slow = 4000.0 if name == TWIN else 3000.0
+    if name == TWIN:
+        assert len(python_calls) == 4  # 2 warm-up calls, the capture's 2 runs; the 4 later calls replay
+    if measure_burnin is None:
+        assert line["sps"] == pytest.approx(4.0, rel=1e-9)  # iterations 160-199: 4 env steps per second
+        assert module.Args().measure_burnin == 100
+    else:
+        assert line["sps"] == pytest.approx((800 - 240) / (140 + slow), rel=1e-9)  # from iteration 60 on
+
+
+def test_the_default_burnin_covers_the_capture_at_the_default_train_frequency(mods):
+    """CudaGraphModule(warmup=3) captures the update at its 3rd call: 2 gradient steps (of 640 / 32 = 20 iterations
+    each) after learning starts at the defaults; the default --measure-burnin leaves out more than 3 of them."""
+    for name in SCRIPTS:
+        args = mods[name].Args()
+        assert args.measure_burnin > 3 * args.train_frequency // args.num_envs
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_track_logs_cleanrl_dqn_keys_every_100_steps(mods, name, tmp_path, fake_wandb):
+    """Issue 17 item 5: with --track, wandb gets the DQN family's keys (R2D2 has no CleanRL script): charts/SPS every
+    100 env steps, losses/td_loss and losses/q_values there after a new gradient step, the values the results line
+    reports at the end; charts/episodic_return and charts/episodic_length per game (CartPole pays 1 per step: a game's
+    length is its return)."""
+    line = main_in_process(mods[name], [*TINY_CARTPOLE, "--track"], tmp_path)
+    keys = {"charts/SPS", "charts/episodic_return", "charts/episodic_length", "losses/td_loss", "losses/q_values"}
+    assert fake_wandb.keys() == keys and fake_wandb.finished
+    games = [data for _, data in fake_wandb.logs if "charts/episodic_return" in data]
+    assert len(games) == line["episodes"] >= 10
+    assert all(data["charts/episodic_length"] == data["charts/episodic_return"] for data in games)
+    assert isinstance(games[0]["charts/episodic_length"], int)
+    assert [step for step, data in fake_wandb.logs if "charts/SPS" in data] == [100, 200, 300, 400, 500, 600]
+    losses = [(step, data) for step, data in fake_wandb.logs if "losses/td_loss" in data]
+    assert [step for step, _ in losses] == [300, 400, 500, 600]  # the first gradient step is at env step 200
+    step, last = losses[-1]
+    assert last["losses/td_loss"] == line["losses"]["loss"] and last["losses/q_values"] == line["losses"]["q_values"]
 
 
 # ---------------------------------------------------------------- scripts end to end
