@@ -380,7 +380,7 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
         stack.enter_context(cuda_graphs_on_cpu())  # also lets capturable optimizers run on the CPU
         if force_capturable:
             stack.enter_context(mock.patch.object(torch.optim, "Adam", _capturable(torch.optim.Adam)))
-        if args.compile:
+        if getattr(args, "compile", False):  # eager scripts have no --compile
             stack.enter_context(compile_through_dispatcher())
         module.main(args)
     (line,) = [json.loads(text) for text in results.read_text().splitlines()]
