@@ -40,7 +40,7 @@ class Args:
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100
-    """vector-env steps after --learning-starts left out of the steps/s figure (the update compiles in them)"""
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -228,7 +228,7 @@ def critic_update(actor, qf1, qf2, qf1_target, qf2_target, q_optimizer, batch, a
     qf_loss.backward()
     q_optimizer.step()
     stats = dict(qf1_values=qf1_a_values.mean().detach(), qf2_values=qf2_a_values.mean().detach())
-    return dict(qf_loss=qf_loss.detach() / 2.0, **stats)
+    return dict(**stats, qf1_loss=qf1_loss.detach(), qf2_loss=qf2_loss.detach(), qf_loss=qf_loss.detach() / 2.0)
 
 
 def actor_update(actor, qf1, qf2, actor_optimizer, obs, alpha):
@@ -287,10 +287,12 @@ def check_args(args):
     bk.check_flags(__file__, args, (*positive, "target_network_frequency"))
     if args.eval_checkpoint is not None:
         return
-    if args.learning_starts < 0:
-        bk.fail(__file__, f"--learning-starts must be >= 0, got {args.learning_starts}")
-    if args.batch_size > args.buffer_size:
-        bk.fail(__file__, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    for flag in ("learning_starts", "alpha"):  # alpha 0: no entropy bonus
+        if not (value := getattr(args, flag)) >= 0:
+            bk.fail(__file__, f"--{flag.replace('_', '-')} must be >= 0, got {value}")
+    for flag in ("batch_size", "num_envs"):  # a step writes --num-envs rows: more would overwrite their own
+        if (value := getattr(args, flag)) > args.buffer_size:
+            bk.fail(__file__, f"--{flag.replace('_', '-')} {value} is larger than --buffer-size {args.buffer_size}")
     if args.total_timesteps < args.num_envs:
         bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is less than one step of {args.num_envs} envs")
     if args.learning_starts >= args.total_timesteps:
@@ -298,8 +300,6 @@ def check_args(args):
     for flag in ("tau", "gamma"):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             bk.fail(__file__, f"--{flag} must be in [0, 1], got {getattr(args, flag)}")
-    if not args.alpha >= 0.0:
-        bk.fail(__file__, f"--alpha must be >= 0, got {args.alpha}")
     bk.check_gym_env(__file__, args.env_id, gym.spaces.Box, "HalfCheetah-v4")
     env = make_env(args.env_id)
     if not isinstance(env.observation_space, gym.spaces.Box) or not env.action_space.is_bounded():
@@ -334,8 +334,8 @@ def main(args):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    # steps/s leaves out the iterations up to --measure-burnin vector steps after learning starts
-    with bk.Run(__file__, args, device, burnin=args.learning_starts // args.num_envs + args.measure_burnin + 1) as run:
+    # steps/s leaves out the iterations before learning starts (the first learns once global_step > learning_starts)
+    with bk.Run(__file__, args, device, burnin=args.learning_starts // args.num_envs + 1 + args.measure_burnin) as run:
         # env setup
         envs = make_envs(args.env_id, args.num_envs)
         obs_dim, space = envs.single_observation_space.shape[0], envs.single_action_space

@@ -12,7 +12,6 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-import torch._dynamo.config  # trace_autograd_ops (a trick, see main)
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
@@ -44,7 +43,7 @@ class Args:
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100
-    """vector-env steps after --learning-starts left out of the steps/s figure (the update compiles in them)"""
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -231,10 +230,9 @@ def buffer_add(buffer, count, transition):
 def buffer_sample(buffer, count, batch_size, generator=None):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = count.clamp(max=buffer["obs"].shape[0])
-    # trick: torch.randint needs its bound on the host (a sync); scale uniform draws by the device-side size instead
-    # (the clamp guards float32 rounding up to `size` itself)
-    u = torch.rand(batch_size, device=buffer["obs"].device, generator=generator)
-    idx = torch.minimum((u * size).long(), size - 1)
+    # trick: torch.randint needs its bound on the host (a sync): wide random integers modulo the device-side size, as
+    # exact (bias <= size / 2**62) as randint; a float32 draw times the size would favour rows, and skip some past 2**24
+    idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device, generator=generator) % size
     return {key: value[idx] for key, value in buffer.items()}
 
 
@@ -279,7 +277,7 @@ def critic_update(actor, qnet, qnet_params, qnet_target, q_optimizer, batch, alp
     # main), with no .grad to zero
     adam_step(q_optimizer, torch.autograd.grad(qf_loss, q_optimizer["params"]))
     stats = dict(qf1_values=qf1_a_values.mean().detach(), qf2_values=qf2_a_values.mean().detach())
-    return dict(qf_loss=qf_loss.detach() / 2.0, **stats)
+    return dict(**stats, qf1_loss=qf1_loss.detach(), qf2_loss=qf2_loss.detach(), qf_loss=qf_loss.detach() / 2.0)
 
 
 def actor_update(actor, qnet, qnet_params, actor_optimizer, obs, alpha):
@@ -332,7 +330,8 @@ def train_step(
     # update the target networks
     update_targets(list(qnet_target.values(True, True)), list(qnet_params.values(True, True)), target_tau)
     stats["alpha"] = log_alpha.detach().exp().squeeze()
-    return count, stats
+    # trick: the statistics stacked in one tensor (their names in main): a CUDA graph clones each output on replay
+    return count, torch.stack(list(stats.values()))
 
 
 def check_args(args):
@@ -341,10 +340,12 @@ def check_args(args):
     bk.check_flags(__file__, args, (*positive, "target_network_frequency"))
     if args.eval_checkpoint is not None:
         return
-    if args.learning_starts < 0:
-        bk.fail(__file__, f"--learning-starts must be >= 0, got {args.learning_starts}")
-    if args.batch_size > args.buffer_size:
-        bk.fail(__file__, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    for flag in ("learning_starts", "alpha"):  # alpha 0: no entropy bonus
+        if not (value := getattr(args, flag)) >= 0:
+            bk.fail(__file__, f"--{flag.replace('_', '-')} must be >= 0, got {value}")
+    for flag in ("batch_size", "num_envs"):  # a step writes --num-envs rows: more would overwrite their own
+        if (value := getattr(args, flag)) > args.buffer_size:
+            bk.fail(__file__, f"--{flag.replace('_', '-')} {value} is larger than --buffer-size {args.buffer_size}")
     if args.total_timesteps < args.num_envs:
         bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is less than one step of {args.num_envs} envs")
     if args.learning_starts >= args.total_timesteps:
@@ -352,8 +353,6 @@ def check_args(args):
     for flag in ("tau", "gamma"):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             bk.fail(__file__, f"--{flag} must be in [0, 1], got {getattr(args, flag)}")
-    if not args.alpha >= 0.0:
-        bk.fail(__file__, f"--alpha must be >= 0, got {args.alpha}")
     bk.check_gym_env(__file__, args.env_id, gym.spaces.Box, "HalfCheetah-v4")
     env = make_env(args.env_id)
     if not isinstance(env.observation_space, gym.spaces.Box) or not env.action_space.is_bounded():
@@ -388,8 +387,8 @@ def main(args):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    # steps/s leaves out the iterations up to --measure-burnin vector steps after learning starts
-    with bk.Run(__file__, args, device, burnin=args.learning_starts // args.num_envs + args.measure_burnin + 1) as run:
+    # steps/s leaves out the iterations before learning starts (the first learns once global_step > learning_starts)
+    with bk.Run(__file__, args, device, burnin=args.learning_starts // args.num_envs + 1 + args.measure_burnin) as run:
         # env setup
         envs = make_envs(args.env_id, args.num_envs)
         # trick: TF32 matmuls on GPUs that have them
@@ -417,14 +416,12 @@ def main(args):
         buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
         count = torch.zeros((), dtype=torch.long, device=device)
 
-        # trick: torch.compile fuses the small ops of the policy step and of the update (buffer write, sampling,
-        # critic, actor, temperature, targets) and removes most of their Python overhead; CudaGraphModule records each
-        # as a CUDA graph and replays it with one launch (inputs copied into static buffers, outputs cloned out). The
-        # functions are compiled before the modules, optimizers, buffer and non-tensor arguments are bound with
-        # partial, so a CUDA graph takes only tensors (count, the transition, tau) and reads the bound tensors in
-        # place. The update is two graphs, one with the actor and temperature steps (every --policy-frequency steps)
-        # and one without: Adam's step counts and moments advance on every step it takes, so a masked actor step in
-        # one graph would not be the same algorithm. The warmup calls run before the capture: compiled, Adam state made.
+        # trick: torch.compile fuses the small ops of the policy step and of the update (buffer write, sampling, critic,
+        # actor, temperature, targets); CudaGraphModule replays each as one CUDA graph (inputs copied in, outputs
+        # cloned out). Compiled first, then bound with partial to the modules, optimizers, buffer and constants: a graph
+        # takes only tensors (count, transition, tau). Two update graphs, with and without the actor and temperature
+        # steps (a masked step would still move Adam's state); each is captured at its 5th call, within the default
+        # --measure-burnin 100 for --policy-frequency up to 20 (the 4 calls before compile it and make Adam's state)
         policy_fn, add_fn, train_fn = act, buffer_add, train_step
         if args.compile:
             # trick: with trace_autograd_ops, torch.compile traces torch.autograd.grad into the graph: each variant
@@ -446,6 +443,8 @@ def main(args):
             add_fn = CudaGraphModule(add_fn, warmup=5)
             train_fns = [CudaGraphModule(fn, warmup=5) for fn in train_fns]
         tau_on, tau_off = torch.tensor(args.tau, device=device), torch.zeros((), device=device)
+        critic = ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss"]  # the names of train_step's stats
+        names = [[*critic, "alpha"], [*critic, *["actor_loss", "alpha_loss"][: 1 + args.autotune], "alpha"]]
 
         # TRY NOT TO MODIFY: start the game
         global_step, stats, losses = 0, {}, {}
@@ -467,24 +466,22 @@ def main(args):
             for episodic_return, episodic_length in bk.gym_episodes(infos):
                 run.episode(global_step, episodic_return, episodic_length)
 
-            # trick: the actions never leave the device for the buffer; non_blocking host-to-device copies, and the
-            # next obs uploaded once (a second upload only where an episode ended)
-            next_obs_t = torch.as_tensor(next_obs, dtype=torch.float32).to(device, non_blocking=True)
-            real_next_obs_t = next_obs_t
-            if "final_obs" in infos:
-                real_next_obs_t = torch.as_tensor(real_next_obs(next_obs, infos), dtype=torch.float32).to(device)
+            # trick: the actions never leave the device for the buffer; the rest goes up in one copy, pinned on CUDA so
+            # that it is asynchronous (the host goes on to launch the update): next obs, true next obs, rewards, ends
+            up = torch.from_numpy(np.column_stack([next_obs, real_next_obs(next_obs, infos), rewards, terminations]))
+            up = (up.float().pin_memory() if device.type == "cuda" else up.float()).to(device, non_blocking=True)
             # save data to the replay buffer: a truncated episode's transition keeps its true last obs (and
             # bootstraps from it); only a terminated one stops the bootstrap
             transition = dict(
                 obs=obs,
                 actions=actions,
-                rewards=torch.as_tensor(rewards, dtype=torch.float32).to(device, non_blocking=True),
-                next_obs=real_next_obs_t,
-                terminations=torch.as_tensor(terminations, dtype=torch.float32).to(device, non_blocking=True),
+                rewards=up[:, -2],
+                next_obs=up[:, obs_dim:-2],
+                terminations=up[:, -1],
             )
 
             # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
-            obs = next_obs_t
+            obs = up[:, :obs_dim]
 
             # ALGO LOGIC: training.
             if learning:
@@ -498,7 +495,7 @@ def main(args):
 
             # log point: read the losses every 100 steps, and stop on a non-finite one
             if iteration % 100 == 0 or iteration == num_iterations - 1:
-                losses.update(stats)  # the actor's losses stay as of the last log point that updated the actor
+                losses.update(zip(names[iteration % args.policy_frequency == 0], stats))  # this step's graph
                 logged = run.check_finite(global_step, losses)
                 run.report(global_step, {f"losses/{k}": v for k, v in logged.items()})
 

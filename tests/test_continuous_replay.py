@@ -2,6 +2,8 @@
 of the filled rows only, the twins' device-side count compiling whole, and gymnasium 1.x autoreset's true final
 observations kept for truncated transitions. Also the twins' Adam written as tensor ops, against torch.optim.Adam."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -156,3 +158,37 @@ def test_twin_adam_step_equals_torch_adam_in_float64(name):
         torch.testing.assert_close(c, p.detach().float(), rtol=1e-5, atol=1e-6)
         assert (e - s).abs().min() > 1e-3, "every parameter moved"
     assert eager_adam["step"].item() == compiled_adam["step"].item() == 20
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_buffer_sample_draws_exact_uniform_rows_past_2_to_the_24(name):
+    """Uniform over 1.5 * 2**24 filled rows, exactly. A float32 draw in [0, 1) scaled by the size (the twins' sampler
+    once) has 2**24 values for more rows than that: past row 2**24 it rounds to even rows only (the odd ones are never
+    drawn), and below it the values split unevenly over rows. Chi-square over the four cells (below or past 2**24) x
+    (even or odd row), 2**18 draws; the twins draw 62-bit integers modulo the size (bias size / 2**62)."""
+    size, draws = 3 * 2**23, 2**18
+    # a zero-width obs keeps the buffer's row count; the rewards carry each row's number
+    buffer = dict(obs=torch.empty(size, 0), rewards=torch.arange(size, dtype=torch.int32))
+    count = torch.tensor(size) if name in TWINS else size
+    torch.manual_seed(0)
+    rows = MODULES[name].buffer_sample(buffer, count, draws)["rewards"].long()
+    assert rows.min() >= 0 and rows.max() < size
+    observed = torch.bincount((rows >= 2**24).long() * 2 + rows % 2, minlength=4).double()
+    expected = torch.tensor([1 / 3, 1 / 3, 1 / 6, 1 / 6], dtype=torch.float64) * draws
+    chi2 = ((observed - expected) ** 2 / expected).sum().item()
+    assert chi2 < 25, (observed.tolist(), chi2)  # 3 degrees of freedom: p = 1.7e-5 at 25
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_buffer_sample_favours_no_rows_at_a_million(name):
+    """At 10**6 rows a float32 draw times the size maps 17 of its 2**24 values to some rows and 16 to the others: those
+    rows would take 78.75% of the draws instead of their 77.72% share of the rows (25 standard deviations at 2**20)."""
+    size, draws = 10**6, 2**20
+    grid = torch.arange(2**24, dtype=torch.float32) / 2**24  # every value torch.rand draws in float32
+    favoured = torch.bincount((grid * size).long(), minlength=size) == 17
+    buffer = dict(obs=torch.empty(size, 0), rewards=torch.arange(size, dtype=torch.int32))
+    count = torch.tensor(size) if name in TWINS else size
+    torch.manual_seed(0)
+    rows = MODULES[name].buffer_sample(buffer, count, draws)["rewards"].long()
+    share, want = favoured[rows].double().mean().item(), favoured.double().mean().item()
+    assert abs(share - want) < 5 * math.sqrt(want * (1 - want) / draws), (share, want)

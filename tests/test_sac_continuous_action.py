@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import tyro
 from conftest import (
     args_from_flags,
     assert_finite_results_line,
@@ -20,7 +21,11 @@ from conftest import (
     run_script,
     strict_json,
 )
+from gpu_standin import host_reads, run_main
+from regression import PAIRS
 from tensordict import TensorDict
+
+from leanrl import bookkeeping as bk
 
 EAGER, TWIN = "sac_continuous_action", "sac_continuous_action_torchcompile"
 SCRIPTS = (EAGER, TWIN)
@@ -314,12 +319,8 @@ def test_compiled_train_step_equals_the_uncompiled_one_without_recompiles():
             with torch._dynamo.config.patch(error_on_recompile=call > 1):
                 counts[1], got = call_train_step(compiled, comp, counts[1], transition, tau, policy_update)
             assert int(counts[1]) == int(counts[0]) == 65 + call
-            assert (
-                set(got)
-                == set(want)
-                == {"qf_loss", "qf1_values", "qf2_values", "alpha"}
-                | ({"actor_loss", "alpha_loss"} if policy_update else set())
-            )
+            # one stacked tensor of statistics: 5 of the critic and alpha, and the actor's and temperature's losses
+            assert got.shape == want.shape == ((8,) if policy_update else (6,))
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
             for key in ("actor", "params"):
                 torch.testing.assert_close(comp[key].state_dict(), ref[key].state_dict(), rtol=1e-4, atol=1e-5)
@@ -342,6 +343,134 @@ def test_policy_step_compiles_whole():
     # sampled, not the mean: the draws spread around tanh(mean) * 3 by about the policy's std
     assert draws.std(0).min() > 0.1 * log_std.exp().min().clamp(max=1)
     torch.testing.assert_close(draws.mean(0), (torch.tanh(mean) * 3).detach(), atol=0.3, rtol=0)
+
+
+def test_twin_step_functions_run_on_the_meta_device():
+    """The policy step, the buffer write, the sampler, the soft Q target and the whole update (both graphs) run on the
+    meta device, where tensors have no data: a host read (.item(), bool()...) raises there, and so does a tensor made
+    without device= (it lands on the CPU and cannot mix with meta ones). The update returns its statistics as one
+    stacked tensor (a CUDA graph clones each output on every replay)."""
+    meta = torch.device("meta")
+    actor = twin.Actor(4, np.array([-3.0]), np.array([3.0])).to(meta)
+    params = TensorDict.from_modules(twin.SoftQNetwork(4, 1).to(meta), twin.SoftQNetwork(4, 1).to(meta), as_module=True)
+    qnet, target = twin.SoftQNetwork(4, 1).to(meta), params.data.clone()
+    log_alpha = torch.zeros(1, device=meta, requires_grad=True)
+    buffer, count = twin.make_buffer(1000, 4, 1, meta), torch.zeros((), dtype=torch.long, device=meta)
+    transition = {key: torch.empty(2, *value.shape[1:], device=meta) for key, value in buffer.items()}
+    with host_reads() as reads:
+        assert twin.act(actor, transition["obs"]).shape == (2, 1)
+        count = twin.buffer_add(buffer, count, transition)
+        batch = twin.buffer_sample(buffer, count, 32)
+        assert {key: value.shape[0] for key, value in batch.items()} == dict.fromkeys(buffer, 32)
+        target_q = twin.soft_q_target(*(batch[k] for k in ("rewards", "terminations", "rewards", "rewards", "rewards")),
+                                      log_alpha.detach().exp(), 0.99)  # fmt: skip
+        assert target_q.shape == (32,)
+        for policy_update, n_stats in ((False, 6), (True, 8)):
+            count, stats = twin.train_step(
+                actor, qnet, params, target, twin.make_adam(list(params.parameters()), 1e-3),
+                twin.make_adam(list(actor.parameters()), 3e-4), log_alpha, twin.make_adam([log_alpha], 1e-3), buffer,
+                count, transition, torch.tensor(0.005, device=meta), policy_update=policy_update, batch_size=32,
+                gamma=0.99, policy_frequency=2, autotune=True, target_entropy=-1.0,
+            )  # fmt: skip
+            assert count.device == stats.device == meta and stats.shape == (n_stats,)
+    assert reads == {}
+
+
+@pytest.fixture
+def in_process():
+    """A script's main() in this process: one torch thread (beside the subprocess tests on 2 cores), and the float32
+    matmul precision the twin sets for the whole process restored after."""
+    precision, threads = torch.get_float32_matmul_precision(), torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_float32_matmul_precision(precision)
+    torch.set_num_threads(threads)
+
+
+TINY_RUN = list(PAIRS[EAGER])  # tests/regression.py's: Pendulum-v1, 500 steps, learning from the 102nd, batch 32
+STEP_LINE = "next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())"
+
+
+def main_here(module, flags, tmp_path):
+    """module.main() with these command-line flags, on the CPU in this process; -> (results line, [(step, return)])."""
+    args = tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(tmp_path / "results.jsonl")])
+    module.main(args)
+    [line] = [strict_json(text) for text in (tmp_path / "results.jsonl").read_text().splitlines()]
+    rows = csv.DictReader((tmp_path / line["run_name"] / "returns.csv").open())
+    return line, [(int(row["step"]), float(row["return"])) for row in rows]
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True], ids=["plain", "cudagraphs"])
+def test_twin_host_reads_are_the_pinned_ones(cudagraphs, tmp_path, in_process):
+    """Every host read of a tiny twin run (500 steps, 400 of them learning), by line, also with --cudagraphs (on the
+    CPU stand-in): a new read fails this test, naming its line."""
+    with host_reads() as reads:
+        run_main(twin, TINY_RUN, tmp_path, cudagraphs=cudagraphs)
+    assert dict(reads) == {
+        # the env steps on the host: one read of the actions per step (the first 100 random actions too: the twin
+        # uploads them for the buffer and reads them back), .numpy() of that host copy counted with it
+        f"cpu at {TWIN}.py: {STEP_LINE}": 500,
+        f"numpy at {TWIN}.py: {STEP_LINE}": 500,
+        # the logged statistics, one read per log point that has them: iterations 200, 300, 400 and the last
+        "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": 4,
+    }
+
+
+CLEANRL_SAC_LOSSES = ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss", "alpha"]
+
+
+@pytest.mark.parametrize(
+    "name,flags", [(EAGER, ()), (TWIN, ()), (TWIN, ("--no-autotune",))], ids=["eager", "twin", "twin-fixed-alpha"]
+)
+def test_track_logs_cleanrl_sac_keys_every_100_iterations(name, flags, tmp_path, fake_wandb, in_process):
+    """With --track: CleanRL's sac_continuous_action keys with its meanings (qf_loss the mean of the two Q losses,
+    alpha the temperature after the update, alpha_loss only when autotuned), every 100 iterations once learning
+    started (and at the last), read in one go; the results line reports the values of the last log point."""
+    line, curve = main_here(MODULES[name], [*TINY_RUN, "--track", *flags], tmp_path)
+    assert fake_wandb.config["name"] == line["run_name"] and fake_wandb.finished
+    logged = [(step, data) for step, data in fake_wandb.logs if "losses/qf_loss" in data]
+    assert [step for step, _ in logged] == [201, 301, 401, 500]  # iterations 200, 300, 400, 499: env steps done
+    keys = {f"losses/{key}" for key in CLEANRL_SAC_LOSSES + ["alpha_loss"] * (flags == ())}
+    for _, data in logged:
+        assert set(data) == keys | {"charts/SPS"}
+        assert data["losses/qf_loss"] == pytest.approx((data["losses/qf1_loss"] + data["losses/qf2_loss"]) / 2, 1e-6)
+        assert data["losses/alpha"] == pytest.approx(0.2) if flags else 0 < data["losses/alpha"] < 1
+    assert {key: data for key, data in logged[-1][1].items() if key != "charts/SPS"} == {
+        f"losses/{key}": value for key, value in line["losses"].items()
+    }
+    episodes = [data for _, data in fake_wandb.logs if "charts/episodic_return" in data]
+    assert [data["charts/episodic_return"] for data in episodes] == [ret for _, ret in curve] and len(curve) == 2
+    assert [data["charts/episodic_length"] for data in episodes] == [200, 200]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("burnin", [0, 1])
+def test_steps_per_second_leave_out_measure_burnin_iterations_after_learning_starts(
+    name, burnin, tmp_path, monkeypatch, in_process
+):
+    """A fake clock: every iteration takes 1 s, the first update 1000 s more (a compile, say). The steps/s window opens
+    after the 101 iterations before learning starts (the first learns at global_step 101 > --learning-starts 100) and
+    --measure-burnin more: 1 leaves the slow update out (1 step/s), 0 keeps it in."""
+    module, clock, updates = MODULES[name], [1000.0], []
+    monkeypatch.setattr(bk.time, "time", lambda: clock[0])
+    tick, train_step = bk.Run.tick, module.train_step
+
+    def tick_a_second_later(run, step):
+        clock[0] += 1.0
+        tick(run, step)
+
+    def first_update_is_slow(*args, **kwargs):
+        clock[0] += 0.0 if updates else 1000.0
+        updates.append(len(updates))
+        return train_step(*args, **kwargs)
+
+    monkeypatch.setattr(bk.Run, "tick", tick_a_second_later)
+    monkeypatch.setattr(module, "train_step", first_update_is_slow)
+    flags = [*TINY_RUN[: TINY_RUN.index("--measure-burnin")], "--measure-burnin", str(burnin)]
+    line, _ = main_here(module, flags, tmp_path)
+    assert len(updates) == 500 - 101
+    window = 500 - (101 + burnin)  # iterations (of one env step) after the burn-in
+    assert line["sps"] == pytest.approx(window / (window + (1000 if burnin == 0 else 0)))
 
 
 # ---------------------------------------------------------------- scripts as subprocesses
@@ -457,6 +586,7 @@ BAD_INPUTS = [
     (("--env-id", "NoSuchEnv-v0"), "--env-id"),
     (("--env-id", "Breakout-v5"), "--env-id"),  # an Atari (envpool) id
     (("--batch-size", "2000", "--buffer-size", "1000"), "--batch-size"),
+    (("--num-envs", "8", "--buffer-size", "4", "--batch-size", "4"), "--num-envs"),  # a step would overwrite its rows
     (("--learning-starts", "10000000"), "--learning-starts"),
     (("--total-timesteps", "1000", "--learning-starts", "1000"), "--learning-starts"),
     (("--buffer-size", "0"), "--buffer-size"),
