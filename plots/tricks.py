@@ -34,7 +34,7 @@ CATALOGUE = [
     ("device-side counters", "the rollout step or replay write position is a device tensor: one graph for every "
      "step, no host sync", r"index_copy_|write (position|index)|step is (a device|an index) tensor"),
     ("random draws on the device", "sampling and exploration drawn on the device and merged with `torch.where`: no "
-     "host branch, no `randint` bound from the host", r"torch\.where\(|torch\.rand\("),
+     "host branch, exact integers from `randint` on the device", r"torch\.where\(|torch\.rand(int)?\("),
     ("fused, capturable Adam", "one multi-tensor kernel for all parameters; step count (and lr) on the device, so a "
      "step never syncs", r"fused=|capturable="),
     ("one-graph update", "gradients from `torch.autograd.grad` traced into the graph and Adam as tensor ops: the "
@@ -48,10 +48,12 @@ CATALOGUE = [
      r"inside the compiled"),
     ("`zero_grad` by hand", "grads set to None in the function, where `Optimizer.zero_grad` would break the graph",
      r"\.grad = None"),
-    ("no host reads in the hot loop", "losses stay on the device until a log point",
-     r"no \.item\(\)|come to the host|stay on the device until"),
-    ("one upload a step", "rollout storage written in place, env output through pinned memory, `non_blocking` "
-     "copies", r"non_blocking=True|pin_memory"),
+    ("no host reads in the hot loop", "losses stay on the device until a log point, read there in one go",
+     r"no \.item\(\)|come to the host|stay on the device|read to the host once"),
+    ("one output a replay", "the logged scalars returned as one stacked tensor: a CUDA graph clones every output "
+     "at each replay", r"clones? (one|each|every) (tensor|output)"),
+    ("one upload a step", "rollout storage written in place, the next obs uploaded once, env output through pinned "
+     "memory", r"non_blocking=True|pin_memory|uploaded once"),
     ("TF32 matmuls", "on GPUs that have them", r"set_float32_matmul_precision|allow_tf32"),
     ("no distribution checks", "argument validation off: each check is a host sync", r"validate_args"),
     ("aten's RNG on CPU", "`fallback_random`: inductor's CPU random numbers go through Python on every call",
