@@ -38,6 +38,20 @@ RESULT_KEYS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def compiler_config_restored():
+    """Each test starts from the same compiler options: a script's main() run in this process may switch some on for
+    the rest of the process (the SAC and TD3 twins set dynamo's trace_autograd_ops, which changes how every later
+    compiled backward() is traced)."""
+    import torch._dynamo.config
+    import torch._inductor.config
+
+    saved = torch._dynamo.config.save_config(), torch._inductor.config.save_config()
+    yield
+    torch._dynamo.config.load_config(saved[0])
+    torch._inductor.config.load_config(saved[1])
+
+
 def load_script(name):
     """Import leanrl/<name>.py (or a path relative to the repo root) as a module, without running it."""
     path = ROOT / (name if name.endswith(".py") else f"leanrl/{name}.py")
