@@ -265,7 +265,8 @@ def test_publish_without_markers_fails_before_writing_anything(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("no markers\n")
     with pytest.raises(SystemExit, match="returns-table"):
-        plot.main(["--results", str(results), "--learning", "--publish", "--readme", str(readme), "--plots-dir", "x"])
+        flags = ["--learning", "--publish", "--readme", str(readme), "--plots-dir", str(tmp_path / "x")]
+        plot.main(["--results", str(results), *flags])
     assert readme.read_text() == "no markers\n"
 
 
