@@ -260,7 +260,8 @@ def test_publish_is_the_only_way_the_readme_and_plots_change(tmp_path):
     assert {"returns.md", "learning_cpu-test-cpu-2-cores-torch-2-13-0.png"} <= {p.name for p in plots_dir.iterdir()}
 
 
-def test_publish_without_markers_fails_before_writing_anything(tmp_path):
+def test_publish_without_markers_fails_before_writing_anything(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # plot.py resolves paths against the working folder
     results = write_results(tmp_path / "runs", [line("dqn.py", 100.0)], "./run.sh --quick", curves=False)
     readme = tmp_path / "README.md"
     readme.write_text("no markers\n")
