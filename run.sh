@@ -66,6 +66,8 @@ for seed in $seeds; do [[ "$seed" =~ ^[0-9]+$ ]] || die "--seeds takes integers,
 [ -n "$dir" ] || { [ "$mode" = learning ] && dir=runs/learning || dir=runs; }
 
 py=${PYTHON:-python3}
+# the scripts import the leanrl package: a clone that skipped `pip install -e .` runs too
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 results="$dir/results.jsonl"
 mkdir -p "$dir"
 # the commands that wrote into this results dir, one a line (a dir may collect several invocations)
