@@ -334,11 +334,12 @@ def mean_band(curves, edges):
 
 
 def bin_edges(curves, max_bins=60, per_bin=4):
-    """Equal bins from the first to the last x of the curves: about per_bin episodes of the median curve per bin,
-    5 to max_bins bins."""
+    """Equal bins from the first x of the curves to the end of the shortest (past it the mean would be over fewer
+    seeds: a step in the line that is only a run ending); about per_bin episodes of the median curve per bin, 5 to
+    max_bins bins."""
     import numpy as np
 
-    lo, hi = min(min(xs) for xs, _ in curves), max(max(xs) for xs, _ in curves)
+    lo, hi = min(min(xs) for xs, _ in curves), min(max(xs) for xs, _ in curves)
     n = int(np.clip(statistics.median(len(xs) for xs, _ in curves) // per_bin, 5, max_bins))
     return np.linspace(lo, hi, n + 1) if hi > lo else np.linspace(lo - 0.5, hi + 0.5, n + 1)
 
