@@ -2,13 +2,16 @@
 
 What is here: flag and env-family checks (one clear line, exit code 2), the results line (strict JSON with the
 hardware it ran on), the return curve `returns.csv`, the steps/s meter, the progress bar, the end-of-run summary line,
-divergence/interrupt/error handling, atomic checkpoints and the episode loop of `--eval-checkpoint`.
+divergence/interrupt/error handling, atomic checkpoints, the episode loop of `--eval-checkpoint` and what
+`--capture-video` needs.
 """
 
+import importlib.util
 import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 import warnings
@@ -117,6 +120,38 @@ def check_atari_env(script, env_id):
     if not is_atari:
         fail(script, f"--env-id {env_id!r} is not an Atari game; this script needs stacked 84x84 frames and discrete "
              "actions")  # fmt: skip
+
+
+# one frame rendered in a child process: a missing GL backend fails there (MuJoCo may even crash), not mid-run
+RENDER_PROBE = """
+import os, sys, gymnasium as gym
+try:
+    env = gym.make(sys.argv[1], render_mode="rgb_array")
+    env.reset(seed=0)
+    assert env.render() is not None, "render() returned no frame"
+except Exception as err:
+    print(f"{type(err).__name__}: {err}".splitlines()[0])
+    os._exit(1)  # skips the half-made renderer's noisy __del__
+"""
+
+
+def check_video(script, env_id):
+    """--capture-video: what gymnasium's RecordVideo and the env's frames need, checked before any training.
+
+    RecordVideo writes mp4 files with moviepy; classic-control and Box2D envs draw with pygame; MuJoCo draws with
+    OpenGL, which a machine without a display has only through MUJOCO_GL=egl (or osmesa)."""
+    import gymnasium as gym
+
+    entry_point = str(gym.spec(env_id).entry_point)
+    needed = ["moviepy"] + ["pygame"] * ("classic_control" in entry_point or "box2d" in entry_point)
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(script, f"--capture-video needs {' and '.join(missing)}, not installed: pip install {' '.join(missing)}")
+    probe = subprocess.run([sys.executable, "-c", RENDER_PROBE, env_id], capture_output=True, text=True)
+    if probe.returncode != 0:
+        hint = "; without a display, set MUJOCO_GL=egl (or osmesa)" if "mujoco" in entry_point else ""
+        reason = (probe.stdout.strip() or probe.stderr.strip() or f"exit code {probe.returncode}").splitlines()[-1]
+        fail(script, f"--capture-video: {env_id} renders no frame ({reason}){hint}")
 
 
 def check_memory(script, flag, nbytes, device):
@@ -253,9 +288,14 @@ class Run:
 
     record=False: a run that keeps its meter, its checks and its exit status but writes and prints nothing (no
     folder, curve, progress bar, wandb, results line or summary): the other ranks of a distributed run.
+
+    With --capture-video, `run.videos` is the folder where env 0 films its episodes (`videos/` in the run folder,
+    `eval_videos/` beside the checkpoint); else None. What filming needs is checked first (check_video).
     """
 
     def __init__(self, script, args, device, burnin=None, mode="train", record=True, **fields):
+        if getattr(args, "capture_video", False):
+            check_video(script, args.env_id)  # before the run folder and the results line: bad input leaves neither
         self.script, self.args, self.mode, self.record = Path(script).name, args, mode, record
         self.burnin = args.measure_burnin if burnin is None else burnin
         self.start_time = time.time()
@@ -277,6 +317,8 @@ class Run:
                 except FileExistsError:
                     self.name = f"{name}-{n}"
             curve = self.dir / "returns.csv"
+        videos = self.dir / ("eval_videos" if mode == "eval" else "videos")
+        self.videos = videos if getattr(args, "capture_video", False) else None
         self.fields = dict(
             script=self.script,
             env_id=args.env_id,

@@ -34,6 +34,8 @@ class Args:
     """the wandb's project name"""
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (env 0's, in the run folder's `videos`)"""
     save_model: bool = False
     """whether to save the Q-network at the end of training"""
     results_file: str = "runs/results.jsonl"
@@ -78,13 +80,15 @@ class Args:
     """the number of vector-env steps between gradient steps"""
 
 
-def make_envs(env_id, num_envs, **make_kwargs):
+def make_envs(env_id, num_envs, video_dir=None, **make_kwargs):
     # gymnasium 1.x resets a finished env on the *next* step by default; here in the same step: the returned obs begins
     # the new episode, the true last obs is in infos["final_obs"], the episode's statistics in infos["final_info"]
-    return gym.vector.SyncVectorEnv(
-        [lambda: gym.wrappers.RecordEpisodeStatistics(gym.make(env_id, **make_kwargs)) for _ in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
+    def make_env(video_dir=None):  # with a video_dir (--capture-video) the env renders and films its episodes there
+        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None, **make_kwargs)
+        return gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env)
+
+    envs = [lambda: make_env(video_dir)] + [make_env] * (num_envs - 1)  # env 0 alone is filmed
+    return gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def real_next_obs(next_obs, infos):
@@ -100,12 +104,8 @@ class QNetwork(nn.Module):
     def __init__(self, obs_dim, n_actions):
         super().__init__()
         self.network = nn.Sequential(
-            nn.Linear(obs_dim, 120),
-            nn.ReLU(),
-            nn.Linear(120, 84),
-            nn.ReLU(),
-            nn.Linear(84, n_actions),
-        )
+            nn.Linear(obs_dim, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_actions)
+        )  # fmt: skip
 
     def forward(self, x):
         return self.network(x)
@@ -225,7 +225,7 @@ def evaluate(args, device):
     np.random.seed(args.seed)  # the exploration coins
     torch.manual_seed(args.seed)
     with bk.Run(__file__, args, device, burnin=0, mode="eval") as run:
-        envs = make_envs(args.env_id, 1)
+        envs = make_envs(args.env_id, 1, run.videos)
         n_actions = int(envs.single_action_space.n)
         q_network = QNetwork(envs.single_observation_space.shape[0], n_actions).to(device)
         q_network.load_state_dict(checkpoint["model"])
@@ -255,7 +255,7 @@ def main(args):
     burnin = args.learning_starts // args.num_envs + 1 + args.measure_burnin
     with bk.Run(__file__, args, device, burnin=burnin) as run:
         # env setup
-        envs = make_envs(args.env_id, args.num_envs)
+        envs = make_envs(args.env_id, args.num_envs, run.videos)
         obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
         q_network = QNetwork(obs_dim, n_actions).to(device)
         optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)

@@ -35,6 +35,8 @@ class Args:
     """the wandb's project name"""
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (env 0's, in the run folder's `videos`)"""
     save_model: bool = False
     """whether to save the model (and the observation-normalisation statistics) at the end of training"""
     results_file: str = "runs/results.jsonl"
@@ -92,12 +94,14 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
-def make_env(env_id, gamma):
-    """CleanRL's wrapper stack; RecordEpisodeStatistics sits inside the normalisation, so it sees raw rewards."""
+def make_env(env_id, gamma, video_dir=None):
+    """CleanRL's wrapper stack; RecordEpisodeStatistics sits inside the normalisation, so it sees raw rewards. Given a
+    video_dir (--capture-video), the env films its episodes there."""
 
     def thunk():
         with bk.mujoco_warning_dropped():
-            env = gym.make(env_id)
+            env = gym.make(env_id, render_mode="rgb_array" if video_dir else None)
+        env = gym.wrappers.RecordVideo(env, video_dir) if video_dir else env
         env = gym.wrappers.FlattenObservation(env)
         env = gym.wrappers.RecordEpisodeStatistics(env)
         env = gym.wrappers.ClipAction(env)
@@ -112,11 +116,12 @@ def make_env(env_id, gamma):
     return thunk
 
 
-def make_envs(env_id, gamma, num_envs):
+def make_envs(env_id, gamma, num_envs, video_dir=None):
     # gymnasium 1.x resets a finished env on the *next* step by default; CleanRL's bookkeeping expects the
     # reset in the same step (the returned obs begins the new episode, the episode's stats are in final_info)
     return gym.vector.SyncVectorEnv(
-        [make_env(env_id, gamma) for _ in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        [make_env(env_id, gamma, None if i else video_dir) for i in range(num_envs)],  # env 0 alone is filmed
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
 
 
@@ -282,7 +287,7 @@ def evaluate(args, device):
     checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model", "obs_rms")
     args.env_id, gamma = checkpoint["args"]["env_id"], checkpoint["args"]["gamma"]
     with bk.Run(__file__, args, device, mode="eval") as run:
-        envs = make_envs(args.env_id, gamma, 1)
+        envs = make_envs(args.env_id, gamma, 1, run.videos)
         normalizer = obs_normalizer(envs.envs[0])
         rms = checkpoint["obs_rms"]
         normalizer.obs_rms.mean, normalizer.obs_rms.var = rms["mean"].numpy(), rms["var"].numpy()
@@ -314,7 +319,7 @@ def main(args):
 
     with bk.Run(__file__, args, device) as run:
         # env setup
-        envs = make_envs(args.env_id, args.gamma, args.num_envs)
+        envs = make_envs(args.env_id, args.gamma, args.num_envs, run.videos)
         agent = Agent(envs).to(device)
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 

@@ -66,7 +66,8 @@ class Args:
 
     # Algorithm specific arguments
     env_id: str = "Breakout-v5"
-    """the id of the environment: an envpool Atari game, or a classic-control task such as CartPole-v1"""
+    """the id of the environment: an envpool Atari game, or a classic-control task such as CartPole-v1.
+    No --capture-video: gymnasium's RecordVideo cannot wrap envpool, only ale-py's envs"""
     mask_velocity: bool = False
     """CartPole-v1 only: hide the two velocities (a memory task: only the LSTM can infer them)"""
     total_timesteps: int = 10000000

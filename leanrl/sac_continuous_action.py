@@ -35,6 +35,8 @@ class Args:
     """the wandb's project name"""
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (env 0's, in the run folder's `videos`)"""
     save_model: bool = False
     """whether to save the actor and the Q-networks at the end of training"""
     results_file: str = "runs/results.jsonl"
@@ -77,20 +79,18 @@ class Args:
     """automatic tuning of the entropy coefficient (--no-autotune keeps --alpha fixed)"""
 
 
-def make_env(env_id, **make_kwargs):
-    """One env, its episodes' returns and lengths recorded."""
+def make_env(env_id, video_dir=None, **make_kwargs):
+    """One env, its episodes' returns and lengths recorded; given a video_dir (--capture-video), it films them there."""
     with bk.mujoco_warning_dropped():
-        env = gym.make(env_id, **make_kwargs)
-    return gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None, **make_kwargs)
+    return gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env)
 
 
-def make_envs(env_id, num_envs, **make_kwargs):
+def make_envs(env_id, num_envs, video_dir=None, **kwargs):
     # gymnasium 1.x resets a finished env on the *next* step by default (that step is no transition). Here the reset
     # is in the same step: obs begins the new episode, infos["final_obs"] has the last obs, "final_info" its stats
-    return gym.vector.SyncVectorEnv(
-        [lambda: make_env(env_id, **make_kwargs) for _ in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
+    envs = [lambda: make_env(env_id, video_dir, **kwargs)] + [lambda: make_env(env_id, **kwargs)] * (num_envs - 1)
+    return gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)  # env 0 alone is filmed
 
 
 def real_next_obs(next_obs, infos):
@@ -312,7 +312,7 @@ def evaluate(args, device):
     checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "actor")
     args.env_id = checkpoint["args"]["env_id"]
     with bk.Run(__file__, args, device, mode="eval") as run:
-        envs = make_envs(args.env_id, 1)
+        envs = make_envs(args.env_id, 1, run.videos)
         obs_dim, space = envs.single_observation_space.shape[0], envs.single_action_space
         actor = Actor(obs_dim, space.low, space.high).to(device)
         actor.load_state_dict(checkpoint["actor"])
@@ -337,7 +337,7 @@ def main(args):
     # steps/s leaves out the iterations before learning starts (the first learns once global_step > learning_starts)
     with bk.Run(__file__, args, device, burnin=args.learning_starts // args.num_envs + 1 + args.measure_burnin) as run:
         # env setup
-        envs = make_envs(args.env_id, args.num_envs)
+        envs = make_envs(args.env_id, args.num_envs, run.videos)
         obs_dim, space = envs.single_observation_space.shape[0], envs.single_action_space
         act_dim = space.shape[0]
         actor = Actor(obs_dim, space.low, space.high).to(device)
