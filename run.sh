@@ -4,9 +4,13 @@
 #   ./run.sh --quick         speed at short CPU-friendly budgets, seed 1
 #   ./run.sh --learning      returns at full budget: each pair's eager script and its fastest twin (--compile, and
 #                            --cudagraphs where CUDA exists), seeds 1 2 3, into runs/learning (budgets below)
+#   ./run.sh --steady        steady-state speed with benchmarks/steady.py: each pair's eager script and twin --compile
+#                            at the --quick budgets, pinned to one core, cold compile caches, 3 rounds, into runs/steady
+#                            (steady.md: steps per CPU-second, warm-up = compile time); --base DIR runs a checkout of
+#                            an older commit (a git worktree) in turn with this one and adds the ratios
 # Options: --only PAIR   --seeds "1 2"   --timesteps N (replaces every run's --total-timesteps)
 #          --extra "FLAGS" (added to every run)   --results-dir DIR (default runs, --learning: runs/learning)
-#          --no-plot   --publish
+#          --no-plot   --publish   --rounds K (--steady)   --base DIR (--steady; relative paths from this clone)
 # Pairs: ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action
 #        r2d2_atari_envpool; and ppo_atari_envpool_distributed (speed only, machines with several GPUs).
 # Speed variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both; on a machine
@@ -32,14 +36,18 @@ die() { echo "run.sh: error: $*" >&2; exit 2; }
 
 command="./run.sh"  # as typed, quoted where needed: the tables name the command that measured them
 for arg in "$@"; do command+=" $(printf '%q' "$arg")"; done
-mode=speed quick=0 seeds="" only="" timesteps="" extra="" dir="" plot=1 publish=0
+mode=speed quick=0 seeds="" only="" timesteps="" extra="" dir="" plot=1 publish=0 steady=0 rounds="" base=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --seeds | --only | --timesteps | --extra | --results-dir) [ $# -ge 2 ] || die "$1 needs a value" ;;
+    --seeds | --only | --timesteps | --extra | --results-dir | --rounds | --base)
+      [ $# -ge 2 ] || die "$1 needs a value" ;;
   esac
   case "$1" in
     --quick) quick=1 ;;
     --learning) mode=learning ;;
+    --steady) steady=1 ;;
+    --rounds) rounds=$2; shift ;;
+    --base) base=$2; shift ;;
     --seeds) seeds=$2; shift ;;
     --only) only=$2; shift ;;
     --timesteps) timesteps=$2; shift ;;
@@ -54,15 +62,20 @@ while [ $# -gt 0 ]; do
 done
 # Check everything before anything is created or run: a typo gets one line and exit code 2, not an empty folder
 valid="$PAIRS"
-[ "$mode" = learning ] || valid="$valid $DISTRIBUTED"
+[ "$mode" = learning ] || [ "$steady" = 1 ] || valid="$valid $DISTRIBUTED"
 if [ -n "$only" ] && ! printf '%s\n' $valid | grep -qxF -- "$only"; then
   die "--only '$only' is not a pair$([ "$mode" = speed ] || echo " of --learning"); valid pairs: $valid"
 fi
 [ "$mode:$quick" != learning:1 ] || die "--quick and --learning are two different runs: give one"
 [ "$plot:$publish" != 0:1 ] || die "--publish needs the plots: drop --no-plot"
+[ "$mode:$steady" != learning:1 ] || die "--steady and --learning are two different runs: give one"
+[ -z "$rounds$base" ] || [ "$steady" = 1 ] || die "--rounds and --base go with --steady"
+[ -z "$rounds" ] || [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer, got '$rounds'"
+[ -z "$base" ] || [ -d "$base/leanrl" ] || die "--base $base is not a leanrl checkout (no leanrl/ folder)"
 [ -z "$timesteps" ] || [[ "$timesteps" =~ ^[1-9][0-9]*$ ]] || die "--timesteps must be a positive integer, got '$timesteps'"
 for seed in $seeds; do [[ "$seed" =~ ^[0-9]+$ ]] || die "--seeds takes integers, got '$seed'"; done
 [ -n "$seeds" ] || { [ "$quick" = 1 ] && seeds="1" || seeds="1 2 3"; }
+[ "$steady" = 0 ] || { quick=1; [ -n "$dir" ] || dir=runs/steady; }
 [ -n "$dir" ] || { [ "$mode" = learning ] && dir=runs/learning || dir=runs; }
 
 py=${PYTHON:-python3}
@@ -154,6 +167,24 @@ PY
   fi
   [ "$code" = 0 ] || echo "run.sh: $script seed $seed $* failed (exit $code); going on" >&2
 }
+
+# --steady: the harness runs each pair's eager script and twin --compile in turn on each side, then exits here
+if [ "$steady" = 1 ]; then
+  jobs=()
+  for pair in $PAIRS; do
+    [ -z "$only" ] || [ "$only" = "$pair" ] || continue
+    args=$(flags_for "$pair")
+    jobs+=(--run "leanrl/$pair.py $args" --run "leanrl/${pair}_torchcompile.py $args --compile")
+  done
+  sides=(--side "new=$PWD")
+  [ -z "$base" ] || sides=(--side "base=$base" "${sides[@]}")
+  core=$($py -c "import os; print(max(os.sched_getaffinity(0)))")  # the last core this shell may use
+  $py benchmarks/steady.py "${sides[@]}" "${jobs[@]}" --rounds "${rounds:-3}" --cpu "$core" --cold --out "$dir" \
+    --command "$command"
+  code=$?  # 1: some run failed, and the table says which
+  [ "$publish" = 0 ] || [ "$code" -gt 1 ] || cp "$dir/steady.md" benchmarks/results/steady_cpu.md
+  exit $code
+fi
 
 fastest="--compile"
 [ "$has_cuda" = 0 ] || fastest="--compile --cudagraphs"

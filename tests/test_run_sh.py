@@ -30,10 +30,10 @@ HW = {"device": "cpu", "cpu": "Test CPU", "cpu_count": 2, "torch": "2.13.0"}
 ANCHORS = ROOT.parent / "shared" / "anchors"
 
 
-def run_sh(*args, timeout=60, root=ROOT):
+def run_sh(*args, timeout=60, root=ROOT, python=sys.executable):
     # the scripts import leanrl: the one beside them (the installed one is the checkout's, not a copy's)
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=sys.executable, PYTHONPATH=path)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=str(python), PYTHONPATH=path)
     return subprocess.run(
         ["bash", str(root / "run.sh"), *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -61,6 +61,11 @@ def test_only_with_a_typo_names_the_valid_pairs_and_creates_nothing(tmp_path):
         (["--quick", "--learning"], "--quick and --learning"),
         (["--learning", "--only", "ppo_atari_envpool_distributed"], "valid pairs"),
         (["--fast"], "unknown option '--fast'"),
+        (["--rounds", "2"], "--rounds and --base go with --steady"),
+        (["--steady", "--rounds", "0"], "--rounds must be a positive integer"),
+        (["--steady", "--base", "/nonexistent"], "not a leanrl checkout"),
+        (["--steady", "--learning"], "--steady and --learning"),
+        (["--steady", "--only", "ppo_atari_envpool_distributed"], "valid pairs"),
     ],
 )
 def test_bad_options_get_one_line_and_exit_2_before_anything_is_created(args, message, tmp_path):
@@ -146,6 +151,45 @@ def test_a_run_writes_its_tables_and_plots_into_its_results_dir_and_leaves_the_r
     returns = (out / "returns.md").read_text()
     assert "| `dqn` | CartPole-v1 | 600 |" in returns and "| — (488.7 ± 16.1 at 500k) |" in returns
     assert [p.name.split("_")[0] for p in out.glob("*.png")] == ["learning"] and "](learning_" in returns
+
+
+FAKE_PYTHON = """#!{python}
+import json, os, sys
+if sys.argv[1:2] == ["benchmarks/steady.py"]:  # note what run.sh asks the harness for, write a table as it would
+    args = sys.argv[2:]
+    json.dump(args, open(os.environ["STEADY_ARGS"], "w"))
+    with open(os.path.join(args[args.index("--out") + 1], "steady.md"), "w") as f:
+        f.write("the steady table\\n")
+else:
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
+def test_steady_runs_the_harness_on_each_pairs_eager_script_and_compiled_twin_at_quick_budgets(tmp_path, monkeypatch):
+    """run.sh --steady with a stand-in python that records the harness's arguments (test_steady.py runs the harness)."""
+    clone = tmp_path / "clone"  # run.sh alone: --publish copies the table into this clone's benchmarks/results
+    (clone / "benchmarks" / "results").mkdir(parents=True)
+    shutil.copy2(ROOT / "run.sh", clone / "run.sh")
+    base = tmp_path / "base"
+    (base / "leanrl").mkdir(parents=True)
+    python = tmp_path / "python"
+    python.write_text(FAKE_PYTHON.format(python=sys.executable))
+    python.chmod(0o755)
+    monkeypatch.setenv("STEADY_ARGS", str(tmp_path / "args.json"))
+    out = tmp_path / "out"
+    flags = ["--steady", "--only", "dqn", "--timesteps", "5000", "--extra", "--learning-starts 100", "--rounds", "2"]
+    proc = run_sh(*flags, "--base", str(base), "--results-dir", str(out), "--publish", root=clone, python=python)
+    assert proc.returncode == 0, proc.stderr
+    args = json.loads((tmp_path / "args.json").read_text())
+    options = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i] in ("--rounds", "--cpu", "--out")}
+    assert options == {"--rounds": "2", "--cpu": str(max(os.sched_getaffinity(0))), "--out": str(out)}
+    sides = [args[i + 1] for i, a in enumerate(args) if a == "--side"]
+    assert sides == [f"base={base}", f"new={clone}"] and "--cold" in args
+    runs = [" ".join(args[i + 1].split()) for i, a in enumerate(args) if a == "--run"]
+    quick = "--total-timesteps 5000 --measure-burnin 1000 --learning-starts 100"  # dqn's --quick budget, changed
+    assert runs == [f"leanrl/dqn.py {quick}", f"leanrl/dqn_torchcompile.py {quick} --compile"]
+    assert args[args.index("--command") + 1].startswith("./run.sh --steady --only dqn")
+    assert (clone / "benchmarks" / "results" / "steady_cpu.md").read_text() == "the steady table\n"
 
 
 # ---------------------------------------------------------------- plot.py: synthetic results

@@ -1,0 +1,406 @@
+"""Steady-state speed of leanrl scripts, measured in turn from one or more checkouts ("sides").
+
+    python3 benchmarks/steady.py --run "leanrl/dqn.py --total-timesteps 30000" --cpu 1 --cold --rounds 3 \\
+        --side base=../leanrl-base --side new=.
+
+Each --run (a script relative to a side's root, and its flags) runs as a subprocess of that side's checkout, rounds
+times, round-robin over the sides (base, new, base, new, ...), so a drift in the machine's load hits both alike.
+--cpu N pins it to core N (taskset); OMP_NUM_THREADS=1 unless the environment sets it (always 1 when pinned);
+--cold gives each run an empty inductor cache, so the warm-up includes a cold compile.
+
+The figures come from per-iteration timestamps: a sitecustomize that this harness puts on the run's PYTHONPATH wraps
+leanrl.bookkeeping's Run.tick to note (step, wall time, process CPU time) in memory and Run.__exit__ to write them to
+ticks.csv, so both sides run their commit's code unchanged and a normal run pays nothing. The warm-up is the script's
+own burn-in (Run.burnin ticks, what its results line leaves out; at least one tick), stretched to --warmup-s seconds
+from the process start if asked. Reported: steps per wall-second and per process CPU-second after the warm-up, the
+time from the process start to the end of the warm-up (imports, env, compile, burn-in: "compile time" with --cold) and
+the median, p10 and p90 of the seconds per steady iteration. A side whose bookkeeping has no Run.tick falls back to its
+results line's sps (no CPU time, no warm-up, no spread).
+
+Output in --out: steady.md (the table, also printed) for this invocation, steady.jsonl (every measurement, with the
+machine and the commit of each side; appended) and steady_runs/ (each run's log, ticks.csv and results line).
+This file is also imported inside the measured process (record_ticks): keep its top-level imports to the stdlib.
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ITER_KEYS = ("iter_s_median", "iter_s_p10", "iter_s_p90")
+TICKS_FILE = "LEANRL_TICKS_FILE"  # where the measured process writes its ticks
+SITECUSTOMIZE = """import importlib.util
+spec = importlib.util.spec_from_file_location("leanrl_steady", {path!r})
+steady = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(steady)
+steady.record_ticks()
+"""
+
+# ---------------------------------------------------------------- inside the measured process
+
+
+def record_ticks():
+    """Wrap leanrl.bookkeeping's Run as soon as the script imports it (whichever checkout it comes from)."""
+    import importlib.machinery
+
+    ticks_file = os.environ.pop(TICKS_FILE, None)  # popped: a process this one starts records nothing
+    if ticks_file is None:
+        return
+
+    class Finder:
+        def find_spec(self, name, path, target=None):
+            if name != "leanrl.bookkeeping":
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None:
+                exec_module = spec.loader.exec_module
+
+                def exec_and_wrap(module):
+                    exec_module(module)
+                    wrap_run(module, ticks_file)
+
+                spec.loader.exec_module = exec_and_wrap
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
+def wrap_run(bookkeeping, ticks_file):
+    run = getattr(bookkeeping, "Run", None)
+    if run is None or not hasattr(run, "tick"):
+        return  # an older bookkeeping: the harness falls back to the results line
+    tick, leave = run.tick, run.__exit__
+
+    def tick_noted(self, step):
+        tick(self, step)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the C++ compiler that inductor runs, once it ended
+        cpu = time.process_time() + children.ru_utime + children.ru_stime
+        self.__dict__.setdefault("noted_ticks", []).append((step, time.time(), cpu))
+
+    def exit_noted(self, *exc):
+        try:
+            return leave(self, *exc)  # may exit the process: the ticks are written in `finally`
+        finally:
+            if getattr(self, "record", True):  # not the other ranks of a distributed run
+                header = {"burnin": getattr(self, "burnin", 0), "bookkeeping": bookkeeping.__file__}
+                rows = (f"{s},{w:.6f},{c:.6f}\n" for s, w, c in self.__dict__.get("noted_ticks", []))
+                with open(ticks_file, "w") as f:
+                    f.write(f"# {json.dumps(header)}\nstep,wall,cpu\n")
+                    f.writelines(rows)
+
+    run.tick, run.__exit__ = tick_noted, exit_noted
+
+
+# ---------------------------------------------------------------- the arithmetic
+
+
+def read_ticks(path):
+    """(header, [(step, wall time, process CPU time), ...]) from a ticks.csv."""
+    lines = Path(path).read_text().splitlines()
+    header = json.loads(lines[0].removeprefix("# "))
+    return header, [(int(s), float(w), float(c)) for s, w, c in (line.split(",") for line in lines[2:])]
+
+
+def quantile(values, q):
+    """The q-quantile, linear between the nearest values (numpy's default)."""
+    values = sorted(values)
+    k = q * (len(values) - 1)
+    lo = int(k)
+    return values[lo] + (values[min(lo + 1, len(values) - 1)] - values[lo]) * (k - lo)
+
+
+def steady_state(ticks, start, burnin, warmup_s=0.0):
+    """The figures of one run from its ticks; `start` is the wall time the process was started. None if no iteration
+    came after the warm-up. The warm-up ends at tick max(burnin, 1), or at the first later tick at least
+    `warmup_s` seconds after the start."""
+    end = max(burnin, 1) - 1
+    while end < len(ticks) - 1 and ticks[end][1] - start < warmup_s:
+        end += 1
+    if end >= len(ticks) - 1:
+        return None
+    (step0, wall0, cpu0), (step1, wall1, cpu1) = ticks[end], ticks[-1]
+    gaps = [b[1] - a[1] for a, b in zip(ticks[end:], ticks[end + 1 :])]
+    steps = step1 - step0
+    return dict(
+        warmup_s=wall0 - start,
+        warmup_cpu_s=cpu0,  # CPU time of the process (and its children) from its start
+        steady_iterations=len(gaps),
+        steady_steps=steps,
+        steady_s=wall1 - wall0,
+        sps_wall=steps / (wall1 - wall0) if wall1 > wall0 else None,
+        sps_cpu=steps / (cpu1 - cpu0) if cpu1 > cpu0 else None,
+        iter_s_median=statistics.median(gaps),
+        iter_s_p10=quantile(gaps, 0.1),
+        iter_s_p90=quantile(gaps, 0.9),
+    )
+
+
+def schedule(labels, sides, rounds):
+    """The order of the runs: each round runs every label on every side in turn (A, B, A, B, ... per label)."""
+    return [(r, label, side) for r in range(1, rounds + 1) for label in labels for side in sides]
+
+
+# ---------------------------------------------------------------- one run
+
+
+def recording_env(folder):
+    """The environment of a measured process: a sitecustomize in `folder` that loads the tick recorder."""
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.format(path=str(Path(__file__).resolve())))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def measure(argv, root, folder, start_env, cpu=None, cold=False, warmup_s=0.0):
+    """Run `argv` (a script relative to `root`, and its flags) once in `folder`; its figures as a dict."""
+    folder.mkdir(parents=True)
+    results, ticks = folder / "results.jsonl", folder / "ticks.csv"
+    cmd = [sys.executable, str(root / argv[0]), *argv[1:], "--results-file", str(results)]
+    env = dict(start_env, **{TICKS_FILE: str(ticks)})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env["PYTHONPATH"]]))  # this side's leanrl first
+    if cpu is not None:
+        cmd, env["OMP_NUM_THREADS"] = ["taskset", "-c", str(cpu), *cmd], "1"
+    cache = Path(tempfile.mkdtemp(prefix="steady-inductor-")) if cold else None
+    if cache:
+        env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"] = str(cache), str(cache / "triton")
+    with (folder / "log.txt").open("w") as log:
+        start = time.time()
+        code = subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    if cache:
+        shutil.rmtree(cache, ignore_errors=True)
+    line = json.loads(results.read_text().splitlines()[-1]) if results.exists() else {}
+    record = dict(
+        exit_code=code,
+        status=line.get("status", "no results line"),
+        device=line.get("device"),
+        steps=line.get("steps"),
+        results_sps=line.get("sps"),
+        results_wall_s=line.get("wall_s"),
+        log=str(folder / "log.txt"),
+    )
+    if ticks.exists():
+        header, rows = read_ticks(ticks)
+        if not Path(header["bookkeeping"]).resolve().is_relative_to(root):  # it measured another checkout
+            record["status"] = f"error: imported {header['bookkeeping']}, not this side's leanrl"
+            return record
+        figures = steady_state(rows, start, header["burnin"], warmup_s)
+        record.update(source="ticks", ticks=str(ticks), burnin=header["burnin"], **(figures or {}))
+        if figures is None:
+            record["status"] += ", but no iteration after the warm-up"
+    elif line.get("sps"):
+        record.update(source="results line", sps_wall=line["sps"])
+    return record
+
+
+# ---------------------------------------------------------------- the table
+
+
+def fmt(x):
+    return "—" if x is None else f"{x:,.0f}" if abs(x) >= 100 else f"{x:#.3g}"
+
+
+def ratio(x):
+    return f"{x:.2f}x"
+
+
+def spread(values, form=fmt):
+    """The median, and the range over the rounds when there are several."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "—"
+    middle = form(statistics.median(values))
+    return middle if len(values) == 1 else f"{middle} ({form(min(values))}–{form(max(values))})"
+
+
+def ok_runs(records):
+    return [r for r in records if r["status"] == "ok" and r.get("sps_wall")]
+
+
+def iteration_times(runs):
+    """Milliseconds per steady iteration: the median over the runs of each run's median, p10 and p90."""
+    median, p10, p90 = (fmt(statistics.median(1000 * r[key] for r in runs)) for key in ITER_KEYS)
+    return f"{median} ({p10}–{p90})"
+
+
+def table(records, sides):
+    """One row per run and side; the sides after the first get their ratio to it, per round, for both speeds."""
+    labels = list(dict.fromkeys(r["label"] for r in records))
+    head = "| run | side | rounds ok | steps/CPU-s | steps/s | warm-up s | CPU-s in warm-up | ms/iteration (p10–p90) |"
+    lines = [head + "".join(f" {s}/{sides[0]}, CPU-s | {s}/{sides[0]}, wall |" for s in sides[1:])]
+    lines.append("|---" * (8 + 2 * (len(sides) - 1)) + "|")
+    for label in labels:
+        by_side = {side: [r for r in records if r["label"] == label and r["side"] == side] for side in sides}
+        for side in sides:
+            runs = by_side[side]
+            ok = ok_runs(runs)
+            cells = [
+                f"`{label}`",
+                side,
+                f"{len(ok)}/{len(runs)}",
+                spread([r.get("sps_cpu") for r in ok]),
+                spread([r["sps_wall"] for r in ok]),
+                spread([r.get("warmup_s") for r in ok]),
+                spread([r.get("warmup_cpu_s") for r in ok]),
+                iteration_times(ticked) if (ticked := [r for r in ok if "iter_s_median" in r]) else "—",
+            ]
+            for other in sides[1:]:
+                for key in ("sps_cpu", "sps_wall"):  # paired by round: the two runs nearest in time
+                    base = {r["round"]: r.get(key) for r in ok_runs(by_side[sides[0]])}
+                    ratios = [r.get(key) / base[r["round"]] for r in ok if r.get(key) and base.get(r["round"])]
+                    cells.append(spread(ratios, ratio) if side == other else "")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def commit_of(root):
+    """(commit, has uncommitted changes to tracked files) of the checkout at `root`; (None, None) if not git."""
+    try:
+        git = ["git", "--no-optional-locks", "-C", str(root)]
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        changes = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                 text=True, check=True).stdout  # fmt: skip
+        return head, bool(changes.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+
+
+def label_of(argv):
+    """The script and the variant flags that name a row: `dqn_torchcompile.py --compile`."""
+    return " ".join([Path(argv[0]).name, *(a for a in argv[1:] if a in ("--compile", "--cudagraphs"))])
+
+
+def parse(argv, fail):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.error = fail  # one line, exit code 2
+    parser.add_argument(
+        "--run",
+        action="append",
+        required=True,
+        metavar="'SCRIPT FLAGS'",
+        help="a script relative to each side's root, and its flags, as one string (repeatable)",
+    )
+    parser.add_argument("--side", action="append", metavar="NAME=PATH",
+                        help="a checkout to measure (repeatable; the first is the base of the ratios); "
+                        "default: this one, named new")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each script on each side (default 3)")
+    parser.add_argument("--cpu", type=int, help="pin each run to this core (taskset -c); one torch thread")
+    parser.add_argument("--cold", action="store_true", help="an empty inductor cache for each run")
+    parser.add_argument(
+        "--warmup-s",
+        type=float,
+        default=0.0,
+        help="the warm-up lasts at least this long from the process start (default 0: burn-in only)",
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "steady", help="default runs/steady")
+    parser.add_argument("--command", help=argparse.SUPPRESS)  # what the table says measured it (run.sh's line)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from leanrl import bookkeeping as bk  # not at the top: the measured process imports this file, not torch
+
+    fail = lambda message: bk.fail(__file__, message)
+    args = parse(argv, fail)
+    if args.rounds < 1:
+        fail(f"--rounds must be positive, got {args.rounds}")
+    if args.warmup_s < 0:
+        fail(f"--warmup-s must not be negative, got {args.warmup_s}")
+    if args.cpu is not None and (args.cpu not in os.sched_getaffinity(0) or not shutil.which("taskset")):
+        cores = sorted(os.sched_getaffinity(0))
+        fail(f"--cpu {args.cpu}: not a core this process may use ({cores}), or no taskset to pin it")
+    sides = {}
+    for side in args.side or [f"new={ROOT}"]:
+        name, _, path = side.partition("=")
+        if not name or not path or name in sides:
+            fail(f"--side {side!r}: give NAME=PATH, each NAME once")
+        sides[name] = Path(path).resolve()
+        if not (sides[name] / "leanrl").is_dir():
+            fail(f"--side {side}: {sides[name]} is not a leanrl checkout (no leanrl/ folder)")
+    jobs = {}
+    for run in args.run:
+        words = shlex.split(run)
+        if not words or "--results-file" in words:
+            fail(f"--run {run!r}: give a script and its flags (the harness sets --results-file)")
+        for name, root in sides.items():
+            if not (root / words[0]).is_file():
+                fail(f"--run {run!r}: side {name} has no {root / words[0]}")
+        jobs[label_of(words)] = words
+    if len(jobs) < len(args.run):  # two runs of one script and variant: name them by all their flags
+        jobs = {" ".join(words): words for words in map(shlex.split, args.run)}
+
+    session = datetime.now(UTC)
+    commits = {name: commit_of(root) for name, root in sides.items()}
+    machine = dict(
+        cpu=bk.cpu_name(),
+        cpu_count=os.cpu_count(),
+        pinned=args.cpu,
+        torch=torch.__version__,
+        python=sys.version.split()[0],
+        load_avg=os.getloadavg()[0],
+    )
+    hook = Path(tempfile.mkdtemp(prefix="steady-hook-"))
+    start_env = recording_env(hook)
+    runs_dir = args.out / "steady_runs" / session.strftime("%Y%m%d-%H%M%S")
+    order = schedule(list(jobs), list(sides), args.rounds)
+    records = []
+    for n, (r, label, side) in enumerate(order, 1):
+        folder = runs_dir / re.sub(r"[^\w.-]+", "_", f"{n:03d}_{side}_{label}")
+        record = measure(jobs[label], sides[side], folder, start_env, args.cpu, args.cold, args.warmup_s)
+        commit, dirty = commits[side]
+        record = dict(
+            machine, session=session.isoformat(timespec="seconds"), round=r, label=label, side=side,
+            root=str(sides[side]), commit=commit, uncommitted_changes=dirty, argv=jobs[label], cold=args.cold,
+            warmup_floor_s=args.warmup_s, **record,
+        )  # fmt: skip
+        records.append(record)
+        args.out.mkdir(parents=True, exist_ok=True)
+        with (args.out / "steady.jsonl").open("a") as f:
+            f.write(json.dumps(bk.finite_or_none(record), allow_nan=False) + "\n")
+        print(f"[{n}/{len(order)}] round {r} {side} {label}: {record['status']}, {fmt(record.get('sps_cpu'))} "
+              f"steps/CPU-s, {fmt(record.get('sps_wall'))} steps/s, warm-up {fmt(record.get('warmup_s'))} s",
+              file=sys.stderr)  # fmt: skip
+    shutil.rmtree(hook, ignore_errors=True)
+
+    named = ", ".join(f"{name} = {root} @ {(c or 'no git')[:12]}{' + changes' if d else ''}"
+                      for (name, root), (c, d) in zip(sides.items(), commits.values()))  # fmt: skip
+    pin = f"pinned to core {args.cpu}" if args.cpu is not None else "not pinned"
+    devices = ", ".join(sorted({r["device"] for r in records if r["device"]})) or "no device reported"
+    text = (
+        f"Measured on {devices}; CPU {machine['cpu']} ({machine['cpu_count']} cores, {pin}, load average "
+        f"{machine['load_avg']:.2f} at start); torch {machine['torch']}; {session:%Y-%m-%d %H:%M} UTC; "
+        f"{'an empty compile cache for each run' if args.cold else 'the compile cache as it was'}; "
+        f"{args.rounds} interleaved round(s); by "
+        f"`{args.command or shlex.join(['python3', 'benchmarks/steady.py', *(argv or sys.argv[1:])])}`.\n"
+        f"Sides: {named}.\n\n"
+        "Steady state: after the script's burn-in"
+        + (f" and at least {args.warmup_s:g} s" if args.warmup_s else "")
+        + "; medians over the rounds (min–max); warm-up: process start to the end of the burn-in; "
+        "ratios paired by round.\n\n" + table(records, list(sides)) + "\n"
+    )
+    failed = [r for r in records if r not in ok_runs(records)]
+    text += "".join(f"\nFailed: round {r['round']} {r['side']} `{r['label']}`: {r['status']}, see {r['log']}"
+                    for r in failed)  # fmt: skip
+    (args.out / "steady.md").write_text(text + "\n")
+    print(text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

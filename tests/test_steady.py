@@ -1,0 +1,171 @@
+"""benchmarks/steady.py: the steady-state arithmetic on known ticks, the interleaved order, the table's paired ratios,
+the tick recorder and the results-line fallback on stand-in checkouts, bad input, and one real DQN run."""
+
+import json
+import os
+
+import pytest
+from conftest import ROOT, load_script
+
+steady = load_script("benchmarks/steady.py")
+
+
+def test_ticks_one_second_apart_after_a_five_second_warm_up_are_100_steps_per_second():
+    # process started at t=100; the burn-in's one tick ends at t=105; then 100 steps a second, 0.5 CPU-s an iteration
+    ticks = [(100, 105.0, 4.0)] + [(100 + 100 * k, 105.0 + k, 4.0 + 0.5 * k) for k in range(1, 11)]
+    figures = steady.steady_state(ticks, start=100.0, burnin=1)
+    assert figures["sps_wall"] == pytest.approx(100.0) and figures["sps_cpu"] == pytest.approx(200.0)
+    assert figures["warmup_s"] == pytest.approx(5.0) and figures["warmup_cpu_s"] == 4.0
+    assert figures["steady_iterations"] == 10 and figures["steady_steps"] == 1000
+    assert figures["iter_s_median"] == pytest.approx(1.0) and figures["iter_s_p90"] == pytest.approx(1.0)
+
+
+def test_the_burn_in_and_the_warm_up_floor_decide_where_the_steady_state_starts():
+    gaps = [3.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0]  # seconds of each iteration
+    ticks, wall = [], 0.0
+    for k, gap in enumerate(gaps, 1):
+        wall += gap
+        ticks.append((10 * k, wall, wall / 2))
+    late = steady.steady_state(ticks, start=0.0, burnin=3)  # the warm-up ends at the third tick, t=5
+    assert late["warmup_s"] == 5.0 and late["steady_steps"] == 80 and late["sps_wall"] == pytest.approx(80 / 12)
+    assert late["iter_s_median"] == 1.0 and late["iter_s_p10"] == 1.0 and late["iter_s_p90"] == pytest.approx(2.6)
+    floor = steady.steady_state(ticks, start=0.0, burnin=3, warmup_s=6.5)  # the first tick at t >= 6.5: t=7
+    assert floor["warmup_s"] == 7.0 and floor["steady_steps"] == 70 and floor["sps_cpu"] == pytest.approx(14.0)
+    assert steady.steady_state(ticks, start=0.0, burnin=0)["warmup_s"] == 3.0  # at least one tick
+    assert steady.steady_state(ticks, start=0.0, burnin=11) is None  # the run ended in its burn-in
+
+
+def test_rounds_run_every_script_on_every_side_in_turn():
+    order = steady.schedule(["dqn.py", "dqn_torchcompile.py --compile"], ["base", "new"], rounds=2)
+    assert order == [
+        (1, "dqn.py", "base"),
+        (1, "dqn.py", "new"),
+        (1, "dqn_torchcompile.py --compile", "base"),
+        (1, "dqn_torchcompile.py --compile", "new"),
+        (2, "dqn.py", "base"),
+        (2, "dqn.py", "new"),
+        (2, "dqn_torchcompile.py --compile", "base"),
+        (2, "dqn_torchcompile.py --compile", "new"),
+    ]
+
+
+def test_the_table_pairs_the_sides_by_round_and_leaves_failed_runs_out():
+    def record(side, r, sps_cpu, status="ok"):
+        figures = dict(sps_cpu=sps_cpu, sps_wall=sps_cpu / 2, warmup_s=10.0 * r, warmup_cpu_s=9.0 * r)
+        iters = dict(iter_s_median=0.01 * r, iter_s_p10=0.005, iter_s_p90=0.02)
+        return dict(label="dqn.py", side=side, round=r, status=status, **figures, **iters)
+
+    records = [record("base", 1, 100.0), record("new", 1, 110.0), record("base", 2, 200.0), record("new", 2, 180.0)]
+    records += [record("base", 3, 300.0, status="error"), record("new", 3, 900.0)]  # round 3's base failed
+    rows = {row.split(" | ")[1]: row.split(" | ") for row in steady.table(records, ["base", "new"]).splitlines()[2:]}
+    assert rows["base"][2:8] == [
+        "2/3",
+        "150 (100–200)",
+        "75.0 (50.0–100)",
+        "15.0 (10.0–20.0)",
+        "13.5 (9.00–18.0)",
+        "15.0 (5.00–20.0)",
+    ]
+    assert rows["new"][2:4] == ["3/3", "180 (110–900)"]
+    # per round 1.10x and 0.90x; round 3 has no base to pair with (the ratio of medians would be 1.20x)
+    assert rows["new"][8:10] == ["1.00x (0.90x–1.10x)", "1.00x (0.90x–1.10x) |"]
+
+
+RUN = """
+class Run:
+    burnin = 2
+
+    def tick(self, step):
+        pass
+
+    def __exit__(self, *exc):
+        return False
+"""
+SCRIPT = """
+import json, sys, time
+
+if TICKS:
+    from leanrl import bookkeeping as bk
+
+    run = bk.Run()
+    for k in range(1, 6):
+        time.sleep(0.02)
+        run.tick(10 * k)
+    run.__exit__(None, None, None)
+with open(sys.argv[sys.argv.index("--results-file") + 1], "w") as f:
+    f.write(json.dumps({"status": "ok", "steps": 50, "sps": 480.0, "wall_s": 0.2}))
+"""
+
+
+def side(tmp_path, name, ticks):
+    """A stand-in checkout whose leanrl/fake.py writes a results line; with `ticks` it first ticks its bookkeeping's
+    Run 5 times, 10 steps each, 20 ms apart (burn-in: 2 ticks)."""
+    root = tmp_path / name
+    (root / "leanrl").mkdir(parents=True)
+    (root / "leanrl" / "__init__.py").write_text("")
+    (root / "leanrl" / "bookkeeping.py").write_text(RUN)
+    (root / "leanrl" / "fake.py").write_text(SCRIPT.replace("TICKS", str(ticks)))
+    return root
+
+
+def test_the_recorder_wraps_run_tick_and_a_side_without_ticks_falls_back_to_the_results_line(tmp_path):
+    env = steady.recording_env(tmp_path)
+    record = steady.measure(["leanrl/fake.py"], side(tmp_path, "new", True), tmp_path / "new_run", env)
+    assert record["source"] == "ticks" and record["burnin"] == 2, record
+    assert record["steady_iterations"] == 3 and record["steady_steps"] == 30
+    assert 0.015 < record["iter_s_median"] < 0.2 and record["results_sps"] == 480.0
+
+    # a commit from before the shared bookkeeping: no ticks, the results line's figure only
+    record = steady.measure(["leanrl/fake.py"], side(tmp_path, "old", False), tmp_path / "old_run", env)
+    assert record["source"] == "results line" and record["sps_wall"] == 480.0 and "sps_cpu" not in record
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--side", "base"], "give NAME=PATH"),
+        (["--side", "base=/nonexistent"], "not a leanrl checkout"),
+        (["--rounds", "0"], "--rounds must be positive"),
+        (["--cpu", "4096"], "--cpu 4096: not a core"),
+        (["--run", "leanrl/nope.py"], "side new has no"),
+        (["--rounds", "x"], "invalid int value"),
+    ],
+)
+def test_bad_input_gets_one_line_and_exit_code_2(flags, message, tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit:
+        steady.main(["--run", "leanrl/dqn.py", "--out", str(out), *flags])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
+
+
+def test_a_real_dqn_run_on_two_sides_reports_the_speed_its_results_line_does(tmp_path, capsys):
+    """Two runs of 3,000 CartPole steps (learning from step 500), one core (about 10 s)."""
+    out = tmp_path / "out"
+    flags = "leanrl/dqn.py --no-cuda --total-timesteps 3000 --learning-starts 500 --measure-burnin 200"
+    core = str(max(os.sched_getaffinity(0)))
+    code = steady.main(["--run", flags, "--side", f"base={ROOT}", "--side", f"new={ROOT}", "--rounds", "1",
+                        "--cpu", core, "--out", str(out)])  # fmt: skip
+    assert code == 0
+    records = [json.loads(line) for line in (out / "steady.jsonl").read_text().splitlines()]
+    assert [(r["side"], r["round"], r["status"], r["source"]) for r in records] == [
+        ("base", 1, "ok", "ticks"),
+        ("new", 1, "ok", "ticks"),
+    ]
+    for r in records:
+        # one step a tick; the burn-in leaves out the 500 steps before learning starts, and --measure-burnin more
+        assert r["burnin"] > 700 and r["steady_steps"] == 3000 - r["burnin"] and r["pinned"] == int(core)
+        # the same window as the results line's steps/s, timed by the same clock a few microseconds later
+        assert r["sps_wall"] == pytest.approx(r["results_sps"], rel=0.05)
+        assert r["sps_wall"] * 0.9 < r["sps_cpu"] < r["sps_wall"] * 3  # one thread: CPU time near wall time or less
+        assert 0.5 < r["warmup_s"] < r["results_wall_s"] + 30 and r["cpu_count"] == os.cpu_count()
+        assert bool(r["commit"]) == (ROOT / ".git").exists()
+    table = (out / "steady.md").read_text()
+    assert table == capsys.readouterr().out
+    assert (
+        "| `dqn.py` | new | 1/1 |" in table
+        and "Measured on cpu; CPU " in table
+        and "pinned to core" in table
+        and f"new = {ROOT} @ " in table
+    )
