@@ -307,7 +307,9 @@ def parse(argv, fail):
     )
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "steady", help="default runs/steady")
     parser.add_argument("--command", help=argparse.SUPPRESS)  # what the table says measured it (run.sh's line)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.out = args.out.resolve()  # each run's working directory is its own folder: no path may stay relative
+    return args
 
 
 def main(argv=None):

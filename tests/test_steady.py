@@ -140,13 +140,15 @@ def test_bad_input_gets_one_line_and_exit_code_2(flags, message, tmp_path, capsy
     assert not out.exists()
 
 
-def test_a_real_dqn_run_on_two_sides_reports_the_speed_its_results_line_does(tmp_path, capsys):
-    """Two runs of 3,000 CartPole steps (learning from step 500), one core (about 10 s)."""
+def test_a_real_dqn_run_on_two_sides_reports_the_speed_its_results_line_does(tmp_path, capsys, monkeypatch):
+    """Two runs of 3,000 CartPole steps (learning from step 500), one core (about 10 s); --out relative, as run.sh
+    gives it (each run works in its own folder)."""
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     flags = "leanrl/dqn.py --no-cuda --total-timesteps 3000 --learning-starts 500 --measure-burnin 200"
     core = str(max(os.sched_getaffinity(0)))
     code = steady.main(["--run", flags, "--side", f"base={ROOT}", "--side", f"new={ROOT}", "--rounds", "1",
-                        "--cpu", core, "--out", str(out)])  # fmt: skip
+                        "--cpu", core, "--out", "out"])  # fmt: skip
     assert code == 0
     records = [json.loads(line) for line in (out / "steady.jsonl").read_text().splitlines()]
     assert [(r["side"], r["round"], r["status"], r["source"]) for r in records] == [
