@@ -182,7 +182,9 @@ if [ "$steady" = 1 ]; then
   $py benchmarks/steady.py "${sides[@]}" "${jobs[@]}" --rounds "${rounds:-3}" --cpu "$core" --cold --out "$dir" \
     --command "$command"
   code=$?  # 1: some run failed, and the table says which
-  [ "$publish" = 0 ] || [ "$code" -gt 1 ] || cp "$dir/steady.md" benchmarks/results/steady_cpu.md
+  if [ "$publish" = 1 ] && [ "$code" -le 1 ]; then
+    cp "$dir/steady.md" benchmarks/results/steady_cpu.md && $py plots/plot.py --steady benchmarks/results/steady_cpu.md
+  fi
   exit $code
 fi
 

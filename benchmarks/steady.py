@@ -380,8 +380,9 @@ def main(argv=None):
               file=sys.stderr)  # fmt: skip
     shutil.rmtree(hook, ignore_errors=True)
 
-    named = ", ".join(f"{name} = {root} @ {(c or 'no git')[:12]}{' + changes' if d else ''}"
-                      for (name, root), (c, d) in zip(sides.items(), commits.values()))  # fmt: skip
+    # each side by its commit, not its folder: the table is committed, a local path means nothing elsewhere
+    named = ", ".join(f"{name} = {(c or 'no git')[:12]}{' + uncommitted changes' if d else ''}"
+                      for name, (c, d) in zip(sides, commits.values()))  # fmt: skip
     pin = f"pinned to core {args.cpu}" if args.cpu is not None else "not pinned"
     devices = ", ".join(sorted({r["device"] for r in records if r["device"]})) or "no device reported"
     text = (

@@ -4,6 +4,7 @@
     python plots/plot.py --results runs/learning/results.jsonl --learning    # -> returns.md beside CleanRL's figures
     python plots/plot.py --results runs/quick/results.jsonl --publish        # and the README table, plots/*.png
     python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table: benchmarks/README.md
+    python plots/plot.py --steady benchmarks/results/steady_cpu.md   # splice the steady-state table: README.md
     python plots/plot.py --replay benchmarks/results/replay_cpu.md   # splice the replay-buffer table there too
 
 Reads only the results lines that the scripts append (one JSON object per run) and the return curves
@@ -482,6 +483,7 @@ def main(argv=None):
     parser.add_argument("--published", default=str(PUBLISHED), help="CleanRL's returns (csv, --learning)")
     parser.add_argument("--rl-ops", help="markdown table written by benchmarks/rl_ops.py to splice in")
     parser.add_argument("--replay", help="markdown table written by benchmarks/replay.py to splice in")
+    parser.add_argument("--steady", help="markdown table written by benchmarks/steady.py to splice into --readme")
     parser.add_argument(
         "--benchmarks-readme",
         default=str(ROOT / "benchmarks" / "README.md"),
@@ -490,7 +492,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     benchmarks = {"rl-ops": args.rl_ops, "replay": args.replay}
     if args.results is None:
-        args.results = [] if any(benchmarks.values()) else ["runs/results.jsonl"]
+        args.results = [] if any(benchmarks.values()) or args.steady else ["runs/results.jsonl"]
 
     present = [path for path in args.results if Path(path).exists()]
     if present:
@@ -525,7 +527,7 @@ def main(argv=None):
             publish_files(out, plots_dir, [name, *pngs])
             readme.write_text(text)
             print(f"plot.py: published: {readme} ({marker}), {name} and the PNGs in {plots_dir}")
-    elif not any(benchmarks.values()):
+    elif not any(benchmarks.values()) and not args.steady:
         raise SystemExit(f"plot.py: error: no results file at {' '.join(args.results)} (run ./run.sh first)")
     if any(benchmarks.values()):  # the benchmark tables live in benchmarks/README.md
         bench_readme = Path(args.benchmarks_readme)
@@ -534,6 +536,10 @@ def main(argv=None):
             if table:
                 bench_text = splice(bench_text, marker, Path(table).read_text())
         bench_readme.write_text(bench_text)
+    if args.steady:  # the steady-state speed and compile times of the eager scripts and compiled twins
+        readme = Path(args.readme)
+        readme.write_text(splice(readme.read_text(), "steady-table", Path(args.steady).read_text()))
+        print(f"plot.py: published: {readme} (steady-table)")
 
 
 if __name__ == "__main__":

@@ -407,3 +407,13 @@ def test_replay_study_is_read_from_the_repository_with_its_source():
     if anchors.exists():  # the copy is the anchors file unchanged
         data = [row for row in csv.reader(line for line in text.splitlines() if not line.startswith("#"))]
         assert data == list(csv.reader(anchors.read_text().splitlines()))
+
+
+def test_readme_steady_table_is_the_committed_harness_table():
+    """./run.sh --steady --publish copies the harness's table to benchmarks/results and splices it into the README."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- steady-table:start -->")[1].split("<!-- steady-table:end -->")[0].strip()
+    committed = ROOT / "benchmarks" / "results" / "steady_cpu.md"
+    assert block == (committed.read_text().strip() if committed.exists() else "Not measured yet.")
+    if committed.exists():
+        assert block.startswith("Measured on cpu; CPU ") and "./run.sh --steady" in block and "warm-up s" in block
