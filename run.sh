@@ -18,7 +18,8 @@
 # Output, all in DIR: results.jsonl, the run folders, command.txt, and from plots/plot.py speed.md (--learning:
 # returns.md, the returns beside CleanRL's published ones) and the PNGs. Nothing in the repository changes:
 # --publish is what splices the table into README.md and copies it and its PNGs into plots/. To publish results
-# already measured: python3 plots/plot.py --results DIR/results.jsonl [--learning] --publish
+# already measured: python3 plots/plot.py --results DIR/results.jsonl [--learning [--part NAME]] --publish (--part: a
+# returns table of its own beside the main one)
 # --learning budgets on a CPU: CleanRL's full budgets where a CPU finishes them, ppo_continuous_action HalfCheetah-v4
 # 1M steps (about an hour for its 6 runs on a 2-core CPU) and dqn CartPole-v1 500k (about 15 minutes); the others at
 # the longest budget whose 6 runs fit about an hour on a 2-core CPU (estimated from the --quick table's steps/s):

@@ -3,6 +3,7 @@
     python plots/plot.py --results runs/results.jsonl           # -> runs/speed.md, runs/speed_*.png, runs/returns_*.png
     python plots/plot.py --results runs/learning/results.jsonl --learning    # -> returns.md beside CleanRL's figures
     python plots/plot.py --results runs/quick/results.jsonl --publish        # and the README table, plots/*.png
+    python plots/plot.py --results runs/atari/results.jsonl --learning --part atari --publish  # a second returns table
     python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table: benchmarks/README.md
     python plots/plot.py --steady benchmarks/results/steady_cpu.md   # splice the steady-state table: README.md
     python plots/plot.py --replay benchmarks/results/replay_cpu.md   # splice the replay-buffer table there too
@@ -259,9 +260,10 @@ def published_cell(published, pair, env_id, budget):
     return "—"
 
 
-def returns_markdown(tables, failures, published, images=""):
+def returns_markdown(tables, failures, published, images="", png="learning"):
     """One markdown table per hardware: the return at the end of each full-budget run (mean of its last 100 episodes),
-    mean ± std over seeds per variant, beside CleanRL's published figure for the same env and budget."""
+    mean ± std over seeds per variant, beside CleanRL's published figure for the same env and budget; its curves are
+    the PNG named png_<hardware>.png."""
     out = []
     for hardware, rows in sorted(tables.items()):
         variants = [v for v in VARIANTS if any(v in cells for cells in rows.values())]
@@ -286,7 +288,7 @@ def returns_markdown(tables, failures, published, images=""):
                 row.append(f"{value} (n={len(ret)}, {fmt_wall(wall)})")
             row.append(published_cell(published, pair, env_id, budget))
             out.append("| " + " | ".join(row) + " |")
-        out.append(f"\n![return curves, mean over seeds]({images}learning_{slug(hardware)}.png)\n")
+        out.append(f"\n![return curves, mean over seeds]({images}{png}_{slug(hardware)}.png)\n")
     out += failures_markdown(failures)
     return "\n".join(out).strip() + "\n"
 
@@ -478,6 +480,11 @@ def main(argv=None):
         help="also splice the table into --readme (speed-table or returns-table markers) and copy it and its PNGs "
         "into --plots-dir: the only way this script changes the repository's README and plots",
     )
+    parser.add_argument(
+        "--part",
+        help="--learning: these runs are one part of the returns section, published beside the others (markers "
+        "returns-table-PART, returns_PART.md, learning_PART_*.png) instead of replacing the main table",
+    )
     parser.add_argument("--readme", default=str(ROOT / "README.md"), help="README that --publish splices into")
     parser.add_argument("--plots-dir", default=str(ROOT / "plots"), help="where --publish copies table and PNGs")
     parser.add_argument("--published", default=str(PUBLISHED), help="CleanRL's returns (csv, --learning)")
@@ -490,6 +497,8 @@ def main(argv=None):
         help="README to splice the --rl-ops and --replay tables into",
     )
     args = parser.parse_args(argv)
+    if args.part is not None and not (args.learning and re.fullmatch(r"[a-z0-9]+", args.part)):
+        parser.error("--part goes with --learning and is a word of lowercase letters and digits")
     benchmarks = {"rl-ops": args.rl_ops, "replay": args.replay}
     if args.results is None:
         args.results = [] if any(benchmarks.values()) or args.steady else ["runs/results.jsonl"]
@@ -504,11 +513,13 @@ def main(argv=None):
         out.mkdir(parents=True, exist_ok=True)
         failures = failed_runs(lines)
         if args.learning:
-            marker, name = "returns-table", "returns.md"
-            table = lambda images: returns_markdown(tables, failures, read_published(args.published), images)
-            pngs = [f"learning_{slug(hardware)}.png" for hardware in tables]
+            part = f"_{args.part}" if args.part else ""
+            marker, name, png = f"returns-table{part.replace('_', '-')}", f"returns{part}.md", f"learning{part}"
+            published = read_published(args.published)
+            table = lambda images: returns_markdown(tables, failures, published, images, png)
+            pngs = [f"{png}_{slug(hardware)}.png" for hardware in tables]
             for hardware, rows in tables.items():
-                plot_returns(hardware, rows, out / f"learning_{slug(hardware)}.png", "returns at full budget")
+                plot_returns(hardware, rows, out / f"{png}_{slug(hardware)}.png", "returns at full budget")
         else:
             marker, name = "speed-table", "speed.md"
             table = lambda images: speed_markdown(tables, failures, images)

@@ -39,6 +39,8 @@ CATALOGUE = [
      "step never syncs", r"fused=|capturable="),
     ("one-graph update", "gradients from `torch.autograd.grad` traced into the graph and Adam as tensor ops: the "
      "whole update compiles as one graph", r"trace_autograd_ops|torch\.autograd\.grad\("),
+    ("one compiled LSTM step", "`torch.compiler.nested_compile_region`: the step is compiled once and reused at "
+     "every step of a sequence, not unrolled into one huge graph", r"nested_compile_region"),
     ("`vmap` over Q-networks", "the two Q-networks' parameters stacked and run as batched matmuls",
      r"\bvmap\("),
     ("fused target update", "one in-place `torch._foreach_lerp_` over all parameters", r"_foreach_lerp_|\.lerp_\("),

@@ -305,6 +305,42 @@ def test_publish_is_the_only_way_the_readme_and_plots_change(tmp_path):
     assert {"returns.md", "learning_cpu-test-cpu-2-cores-torch-2-13-0.png"} <= {p.name for p in plots_dir.iterdir()}
 
 
+def test_a_part_of_the_returns_section_is_published_beside_the_main_table(tmp_path):
+    """--part publishes a second set of --learning runs into its own markers and files: the main returns table, its
+    curves and its returns.md stay as they were."""
+    readme, plots_dir = tmp_path / "README.md", tmp_path / "plots"
+    readme.write_text(
+        readme_with_markers(readme) + "<!-- returns-table-atari:start -->\n<!-- returns-table-atari:end -->\n"
+    )
+    where = ["--readme", str(readme), "--plots-dir", str(plots_dir)]
+    main = [line("dqn.py", 3000.0, seed=s, env_id="CartPole-v1", total=500_000, mean_return=480.0) for s in (1, 2)]
+    plot.main(["--results", str(write_results(tmp_path / "main", main, "./run.sh --learning")), "--learning",
+               "--publish", *where])  # fmt: skip
+    before = readme.read_text()
+    atari = [
+        line("dqn_atari_envpool.py", 90.0, seed=s, env_id="Breakout-v5", total=50_000, mean_return=r)
+        for s, r in ((1, 2.0), (2, 4.0))
+    ]
+    results = write_results(tmp_path / "atari", atari, "./run.sh --learning --only dqn_atari_envpool")
+    plot.main(["--results", str(results), "--learning", "--part", "atari", "--publish", *where])
+    text = readme.read_text()
+    main_block = text.split("<!-- returns-table:start -->")[1].split("<!-- returns-table:end -->")[0]
+    assert main_block == before.split("<!-- returns-table:start -->")[1].split("<!-- returns-table:end -->")[0]
+    assert "480.0" in main_block and "dqn_atari" not in main_block
+    part = text.split("<!-- returns-table-atari:start -->")[1].split("<!-- returns-table-atari:end -->")[0]
+    assert "| `dqn_atari_envpool` | Breakout-v5 | 50,000 | 3.0 ± 1.4 (n=2, 2 min) | — |" in part
+    assert (
+        "--only dqn_atari_envpool" in part and "](plots/learning_atari_cpu-test-cpu-2-cores-torch-2-13-0.png)" in part
+    )
+    names = {p.name for p in plots_dir.iterdir()}
+    assert {"returns.md", "returns_atari.md", "learning_cpu-test-cpu-2-cores-torch-2-13-0.png"} <= names
+    assert "learning_atari_cpu-test-cpu-2-cores-torch-2-13-0.png" in names
+    assert "480.0" in (plots_dir / "returns.md").read_text()
+    with pytest.raises(SystemExit) as error:  # a part is a plain word, and only for --learning
+        plot.main(["--results", str(results), "--part", "atari", *where])
+    assert error.value.code == 2
+
+
 def test_publish_without_markers_fails_before_writing_anything(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # plot.py resolves paths against the working folder
     results = write_results(tmp_path / "runs", [line("dqn.py", 100.0)], "./run.sh --quick", curves=False)
@@ -390,6 +426,12 @@ def test_readme_returns_section_is_a_placeholder_or_a_published_learning_table()
     else:  # a table from --learning runs, stamped with its machine, beside CleanRL's figures and with its curves
         assert block.startswith("Measured on **") and "./run.sh --learning" in block
         assert "| CleanRL |" in block and "](plots/learning_" in block
+    parts = re.findall(r"<!-- returns-table-(\w+):start -->(.*?)<!-- returns-table-\1:end -->", readme, re.S)
+    for part, block in parts:  # a part of the section (plot.py --part), its table as published in plots/
+        assert block.strip().startswith("Measured on **") and "./run.sh --learning" in block, part
+        assert "| CleanRL |" in block and f"](plots/learning_{part}_" in block, part
+        published = (ROOT / "plots" / f"returns_{part}.md").read_text()
+        assert published.strip() == block.strip().replace("](plots/", "]("), part
 
 
 # ---------------------------------------------------------------- the replay study, copied in
