@@ -260,18 +260,21 @@ def published_cell(published, pair, env_id, budget):
     return "—"
 
 
-def returns_markdown(tables, failures, published, images="", png="learning"):
+def returns_markdown(tables, failures, published, images="", png="learning", part=False):
     """One markdown table per hardware: the return at the end of each full-budget run (mean of its last 100 episodes),
     mean ± std over seeds per variant, beside CleanRL's published figure for the same env and budget; its curves are
-    the PNG named png_<hardware>.png."""
+    the PNG named png_<hardware>.png. A part (published below the main table) says what its cells are in brief."""
     out = []
     for hardware, rows in sorted(tables.items()):
         variants = [v for v in VARIANTS if any(v in cells for cells in rows.values())]
-        out.append(
-            f"Measured on **{hardware}** by `{commands_of(rows)}`: the mean episodic return of the last 100 episodes"
-            " of each run, mean ± std over seeds (n = seeds; then the wall time of one run). CleanRL: its published"
-            " 3-seed figure for the same env and budget (docs.cleanrl.dev, copied in `plots/published_returns.csv`).\n"
+        what = (
+            "the cells as in the table above"
+            if part
+            else "the mean episodic return of the last 100 episodes of each run, mean ± std over seeds (n = seeds; "
+            "then the wall time of one run). CleanRL: its published 3-seed figure for the same env and budget "
+            "(docs.cleanrl.dev, copied in `plots/published_returns.csv`)"
         )
+        out.append(f"Measured on **{hardware}** by `{commands_of(rows)}`: {what}.\n")
         out.append("| script | env | steps | " + " | ".join(variants) + " | CleanRL |")
         out.append("|---" * (len(variants) + 4) + "|")
         for (pair, env_id, budget), cells in sorted(rows.items()):
@@ -516,7 +519,7 @@ def main(argv=None):
             part = f"_{args.part}" if args.part else ""
             marker, name, png = f"returns-table{part.replace('_', '-')}", f"returns{part}.md", f"learning{part}"
             published = read_published(args.published)
-            table = lambda images: returns_markdown(tables, failures, published, images, png)
+            table = lambda images: returns_markdown(tables, failures, published, images, png, bool(part))
             pngs = [f"{png}_{slug(hardware)}.png" for hardware in tables]
             for hardware, rows in tables.items():
                 plot_returns(hardware, rows, out / f"{png}_{slug(hardware)}.png", "returns at full budget")

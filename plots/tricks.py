@@ -25,43 +25,38 @@ TRICK = re.compile(r"(?<!`)#\s*trick:\s*(.+)$")  # not a `# trick:` quoted in a 
 
 # (trick, what it buys, pattern searched in the lines a script's diff adds: code or its comments)
 CATALOGUE = [
-    ("`torch.compile`", "fuses the small ops of the policy step, the math and the update; removes their Python "
-     "overhead (`--compile`)", r"torch\.compile\("),
-    ("CUDA graphs", "tensordict's `CudaGraphModule` records a step once and replays it with one launch "
-     "(`--cudagraphs`); refused without CUDA", r"CudaGraphModule"),
-    ("functions of tensors", "modules, optimizer and buffers bound once with `partial`, so a compiled or captured "
-     "call takes only tensors", r"\bpartial\("),
-    ("device-side counters", "the rollout step or replay write position is a device tensor: one graph for every "
-     "step, no host sync", r"index_copy_|write (position|index)|step is (a device|an index) tensor"),
-    ("random draws on the device", "sampling and exploration drawn on the device and merged with `torch.where`: no "
-     "host branch, exact integers from `randint` on the device", r"torch\.where\(|torch\.rand(int)?\("),
-    ("fused, capturable Adam", "one multi-tensor kernel for all parameters; step count (and lr) on the device, so a "
-     "step never syncs", r"fused=|capturable="),
-    ("one-graph update", "gradients from `torch.autograd.grad` traced into the graph and Adam as tensor ops: the "
-     "whole update compiles as one graph", r"trace_autograd_ops|torch\.autograd\.grad\("),
-    ("one compiled LSTM step", "`torch.compiler.nested_compile_region`: the step is compiled once and reused at "
-     "every step of a sequence, not unrolled into one huge graph", r"nested_compile_region"),
-    ("`vmap` over Q-networks", "the two Q-networks' parameters stacked and run as batched matmuls",
-     r"\bvmap\("),
+    ("`torch.compile`", "fuses the small ops of the policy step, the math and the update (`--compile`)",
+     r"torch\.compile\("),
+    ("CUDA graphs", "tensordict's `CudaGraphModule`: a step recorded once, replayed with one launch (`--cudagraphs`)",
+     r"CudaGraphModule"),
+    ("functions of tensors", "modules, optimizer and buffers bound with `partial`: a call takes only tensors",
+     r"\bpartial\("),
+    ("device-side counters", "the rollout step or replay write position is a device tensor: no host sync",
+     r"index_copy_|write (position|index)|step is (a device|an index) tensor"),
+    ("random draws on the device", "sampling and exploration on the device, merged with `torch.where`: no host branch",
+     r"torch\.where\(|torch\.rand(int)?\("),
+    ("fused, capturable Adam", "one kernel for all parameters, step count on the device: no sync",
+     r"fused=|capturable="),
+    ("one-graph update", "`torch.autograd.grad` traced into the graph, Adam as tensor ops: one graph",
+     r"trace_autograd_ops|torch\.autograd\.grad\("),
+    ("one compiled LSTM step", "`nested_compile_region`: compiled once, reused at every step, not unrolled",
+     r"nested_compile_region"),
+    ("`vmap` over Q-networks", "the Q-networks' parameters stacked, run as batched matmuls", r"\bvmap\("),
     ("fused target update", "one in-place `torch._foreach_lerp_` over all parameters", r"_foreach_lerp_|\.lerp_\("),
-    ("GAE by recursive doubling", "the reverse recurrence in log2(T) whole-tensor steps, no Python loop over T",
-     r"doubling"),
-    ("minibatch gathered in the update", "the flat batch is bound once and the indices are the only input",
+    ("GAE by recursive doubling", "the reverse recurrence in log2(T) whole-tensor steps", r"doubling"),
+    ("minibatch gathered in the update", "the flat batch bound once, the indices the only input",
      r"inside the compiled"),
-    ("`zero_grad` by hand", "grads set to None in the function, where `Optimizer.zero_grad` would break the graph",
-     r"\.grad = None"),
-    ("no host reads in the hot loop", "losses stay on the device until a log point, read there in one go",
+    ("`zero_grad` by hand", "grads set to None, where `zero_grad` would break the graph", r"\.grad = None"),
+    ("no host reads in the hot loop", "losses stay on the device until a log point",
      r"no \.item\(\)|come to the host|stay on the device|read to the host once"),
-    ("one output a replay", "the logged scalars returned as one stacked tensor: a CUDA graph clones every output "
-     "at each replay", r"clones? (one|each|every) (tensor|output)"),
-    ("one upload a step", "rollout storage written in place, the next obs uploaded once, env output through pinned "
-     "memory", r"non_blocking=True|pin_memory|uploaded once"),
+    ("one output a replay", "the logged scalars as one tensor: a CUDA graph clones each output",
+     r"clones? (one|each|every) (tensor|output)"),
+    ("one upload a step", "storage written in place, the obs uploaded once, through pinned memory",
+     r"non_blocking=True|pin_memory|uploaded once"),
     ("TF32 matmuls", "on GPUs that have them", r"set_float32_matmul_precision|allow_tf32"),
     ("no distribution checks", "argument validation off: each check is a host sync", r"validate_args"),
-    ("aten's RNG on CPU", "`fallback_random`: inductor's CPU random numbers go through Python on every call",
-     r"fallback_random"),
-    ("one all-reduce", "the gradients of a minibatch averaged over the ranks in one flat buffer",
-     r"all_reduce"),
+    ("aten's RNG on CPU", "`fallback_random`: inductor's CPU random numbers go through Python", r"fallback_random"),
+    ("one all-reduce", "a minibatch's gradients averaged over the ranks in one buffer", r"all_reduce"),
 ]  # fmt: skip
 
 # the README's column for each pair (a script not listed here gets its file name)

@@ -64,12 +64,21 @@ class _Tape(TorchDispatchMode):
     def ignore_compile_internals(cls):
         return True  # let a compiled function run compiled (aot_eager: its aten ops still come through here)
 
+    # a higher-order op (the invoke_subgraph of a nested compile region under aot_eager) comes here whole
+    supports_higher_order_operators = True
+
     def __init__(self):
         super().__init__()
         self.ops, self.saved, self.new = [], {}, set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.ops.higher_order.invoke_subgraph:  # run the region's graph here, so its aten ops are taped
+            subgraph, _identifier, *operands = args
+            with self:
+                return subgraph(*operands)
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return NotImplemented
         if func in HOST_SYNC_OPS:
             raise HostReadDuringCapture(f"{func} reads a tensor to the host inside a CUDA-graph capture")
         for index, argument in enumerate(func._schema.arguments):

@@ -2,6 +2,7 @@
 correct step, and fails or differs for each fault a real CUDA graph would expose; the contract and host-read counters
 see what they claim to see."""
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,45 @@ def test_compiled_through_the_dispatcher_the_tape_sees_the_ops():
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
     # Adam makes its state at the first step, so the second call recompiles: capture at call 3, not 2
     assert [c.compiled_at_or_after_capture for c in contracts] == [0, 1]
+
+
+@torch.compiler.nested_compile_region
+def tanh_cell(w, h, x):
+    return torch.tanh(h @ w + x)
+
+
+def unroll_and_learn(w, optimizer, xs):
+    """Five steps of a nested compile region, a loss on every step's output, one Adam step: the R2D2 twin's shape."""
+    h, outputs = torch.zeros(xs.shape[1], 3), []
+    for x in xs:
+        h = tanh_cell(w, h, x)
+        outputs.append(h)
+    loss = (torch.stack(outputs) - 0.3).square().mean()
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def learn_a_recurrence(graphs):
+    torch._dynamo.reset()
+    w = torch.nn.Parameter(torch.randn(3, 3, generator=torch.Generator().manual_seed(0)) * 0.5)
+    optimizer = torch.optim.Adam([w], lr=torch.tensor(0.05), capturable=True, foreach=True)
+    fn = torch.compile(partial(unroll_and_learn, w, optimizer))
+    fn = CudaGraphModule(fn, warmup=2) if graphs else fn
+    xs = torch.randn(5, 4, 3, generator=torch.Generator().manual_seed(2))
+    losses = [fn(xs.clone()).clone() for _ in range(6)]
+    return torch.stack(losses), w.detach().clone()
+
+
+def test_a_nested_compile_region_is_taped_and_replayed():
+    """Under aot_eager a nested compile region runs as one higher-order op (invoke_subgraph): the tape records the ops
+    of its graph, forward and backward, so the replays after the capture keep learning as the run without graphs."""
+    with compile_through_dispatcher(), cuda_graphs_on_cpu():
+        want = learn_a_recurrence(graphs=False)
+        got = learn_a_recurrence(graphs=True)
+    torch.testing.assert_close(got, want)
+    assert want[0][-1] < want[0][2]  # the replays (calls 3 to 6) went on learning
 
 
 def test_contract_violations_are_reported():

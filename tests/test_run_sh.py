@@ -329,6 +329,7 @@ def test_a_part_of_the_returns_section_is_published_beside_the_main_table(tmp_pa
     assert "480.0" in main_block and "dqn_atari" not in main_block
     part = text.split("<!-- returns-table-atari:start -->")[1].split("<!-- returns-table-atari:end -->")[0]
     assert "| `dqn_atari_envpool` | Breakout-v5 | 50,000 | 3.0 ± 1.4 (n=2, 2 min) | — |" in part
+    assert "the cells as in the table above" in part and "docs.cleanrl.dev" not in part  # said once, above
     assert (
         "--only dqn_atari_envpool" in part and "](plots/learning_atari_cpu-test-cpu-2-cores-torch-2-13-0.png)" in part
     )
