@@ -1,10 +1,8 @@
 """The scripts compute what they computed before the rewrite around leanrl/bookkeeping.py: seeded tiny CPU runs of
 every script (tests/regression.py lists them) against the numbers recorded at the commit before it."""
 
-import json
-
 import pytest
-from regression import CASES, GOLDEN, numbers
+from regression import CASES, golden_numbers, numbers
 
 
 def same(got, want, path="run"):
@@ -29,5 +27,5 @@ PARAMS = [pytest.param(*case, marks=[pytest.mark.slow] if "--compile" in case[2]
 
 @pytest.mark.parametrize("case,script,flags", PARAMS, ids=[case for case, _, _ in CASES])
 def test_same_numbers_as_before_the_rewrite(case, script, flags, tmp_path):
-    want = json.loads(GOLDEN.read_text())[case]
+    want = golden_numbers()[case]
     same(numbers(script, flags, tmp_path), want)
