@@ -3,7 +3,7 @@
     python plots/plot.py --results runs/results.jsonl           # -> runs/speed.md, runs/speed_*.png, runs/returns_*.png
     python plots/plot.py --results runs/learning/results.jsonl --learning    # -> returns.md beside CleanRL's figures
     python plots/plot.py --results runs/quick/results.jsonl --publish        # and the README table, plots/*.png
-    python plots/plot.py --results runs/atari/results.jsonl --learning --part atari --publish  # a second returns table
+    python plots/plot.py --learning --part atari --results plots/learning-runs/atari/results.jsonl --out runs --publish
     python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table: benchmarks/README.md
     python plots/plot.py --steady benchmarks/results/steady_cpu.md   # splice the steady-state table: README.md
     python plots/plot.py --replay benchmarks/results/replay_cpu.md   # splice the replay-buffer table there too
