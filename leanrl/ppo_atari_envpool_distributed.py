@@ -550,9 +550,11 @@ def main(args):
                 # TRY NOT TO MODIFY: execute the game and log data.
                 next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
                 staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
-                next_obs = torch.from_numpy(next_obs_np)
-                # trick: non_blocking host-to-device copies from pinned memory, two a step
-                obs[step + 1].copy_(obs_staging.copy_(next_obs) if pinned else next_obs, non_blocking=True)
+                # trick: non_blocking host-to-device copies from pinned memory, two a step. numpy fills the pinned
+                # buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
+                if pinned:
+                    np.copyto(obs_staging.numpy(), next_obs_np)
+                obs[step + 1].copy_(obs_staging if pinned else torch.from_numpy(next_obs_np), non_blocking=True)
                 env_out[step + 1].copy_(staging, non_blocking=True)
                 # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
                 game_over = info["terminated"].astype(bool) | truncations

@@ -465,6 +465,129 @@ def publish_files(out, plots_dir, names):
             shutil.copyfile(out / name, plots_dir / name)
 
 
+GPU_COLUMNS = ["eager", "twin", "twin --compile", "twin --compile --cudagraphs"]
+
+
+def gpu_sessions(records):
+    """[(machine, runs, ceilings), ...] from benchmarks/gpu_session.py's results.jsonl, one per machine; plain
+    results lines (a GPU run of the scripts alone) become runs of their own machine, with their sps and no window."""
+    sessions, current = {}, None
+    for rec in records:
+        if rec.get("kind") == "machine":
+            current = f"{rec['device']} · {rec['cpu']} ({rec['cpu_count']} cores) · torch {rec['torch']}"
+            sessions.setdefault(current, (rec, [], []))
+        elif rec.get("kind") in ("run", "ceiling") and current is not None:
+            sessions[current][1 if rec["kind"] == "run" else 2].append(rec)
+        elif "script" in rec and rec.get("mode", "train") == "train":
+            hardware = hardware_of(rec)
+            machine = dict(device=rec["device"], cpu=rec["cpu"], cpu_count=rec["cpu_count"], torch=rec["torch"])
+            run = dict(
+                side="leanrl", pair=pair_of(rec), variant=variant_of(rec), env_id=rec["env_id"], num_envs=None,
+                sps=rec.get("sps") if rec.get("status") == "ok" else None, status=rec.get("status"),
+                message=rec.get("message"), steps=rec.get("steps"),
+            )  # fmt: skip
+            sessions.setdefault(hardware, (machine, [], []))[1].append(run)
+    return list(sessions.values())
+
+
+def gpu_markdown(records):
+    """One table per machine: each env's ceiling, each pair's eager script and twin variants, LeanRL's scripts
+    beside them, the ratios; then the checks (recompiles, host syncs) and the runs with no steady window."""
+    out = []
+    for machine, runs, ceilings in gpu_sessions(records):
+        stamp = f"{machine['device']} · {machine['cpu']} ({machine['cpu_count']} cores) · torch {machine['torch']}"
+        out += [f"### {stamp}", ""]
+        if machine.get("time"):
+            out += [
+                f"Measured {machine['time'][:10]} by `benchmarks/gpu_session.sh`"
+                + (" (dry run, CPU: no --compile/--cudagraphs)" if machine.get("dry_run") else "")
+                + f"; tensordict {machine.get('tensordict')}, envpool {machine.get('envpool')}, driver "
+                f"{machine.get('driver')}"
+                + (f", inductor options {machine['inductor']}" if machine.get("inductor") else "")
+                + f". Steps/s over a steady window after compile and capture; {len({r.get('lane') for r in runs})} "
+                "lanes ran at the same time, each on its own CPU cores, sharing the GPU. In brackets: seconds from the "
+                "start to the window.",
+                "",
+            ]
+        if ceilings:
+            out += ["| env ceiling (random actions, no agent) | envs | steps/s |", "|---|---|---|"]
+            for c in ceilings:
+                sps = f"{c['sps']:,.0f}" if c.get("sps") else "failed"
+                out.append(f"| {c['env_id']} ({c['family']}) | {c['num_envs']} | {sps} |")
+            out.append("")
+        ceiling_of = {(c["env_id"], c["num_envs"]): c.get("sps") for c in ceilings}
+        cells = defaultdict(dict)
+        for r in runs:
+            if r.get("sps"):
+                cells[(r["pair"], r["env_id"], r.get("num_envs"))][(r["side"], r["variant"])] = r
+        has_peer = any(side != "leanrl" for row in cells.values() for side, _ in row)
+        head = ["pair", "env", *GPU_COLUMNS, "best twin / eager"]
+        if has_peer:
+            head += ["LeanRL eager", "LeanRL twin (its flags)", "ours / LeanRL: eager", "twin, same flags"]
+        if ceilings:
+            head.append("best twin / env ceiling")
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        fmt = lambda r: (
+            "—"
+            if r is None
+            else f"{r['sps']:,.0f}" + (f" ({r['to_window_s']:.0f} s)" if r.get("to_window_s") is not None else "")
+        )
+        ratio = lambda a, b: f"{a['sps'] / b['sps']:.2f}x" if a and b else "—"
+        for (pair, env_id, num_envs), row in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][2] or 0)):
+            ours = {v: row.get(("leanrl", v)) for v in GPU_COLUMNS}
+            twins = [r for v, r in ours.items() if v != "eager" and r]
+            best = max(twins, key=lambda r: r["sps"], default=None)
+            env = env_id + (f" ({num_envs} envs)" if num_envs and num_envs > 1 else "")
+            line = [f"`{pair}`", env, *(fmt(ours[v]) for v in GPU_COLUMNS), ratio(best, ours["eager"])]
+            if has_peer:
+                peer_eager = row.get(("leanrl-peer", "eager"))
+                peer_twins = [row[("leanrl-peer", v)] for v in reversed(GPU_COLUMNS[1:]) if ("leanrl-peer", v) in row]
+                peer_twin = peer_twins[0] if peer_twins else None  # its fastest variant measured: both flags first
+                flags = f" {peer_twin['variant'].removeprefix('twin').strip() or 'no flag'}" if peer_twin else ""
+                line += [fmt(peer_eager), fmt(peer_twin) + flags, ratio(ours["eager"], peer_eager)]
+                line += [ratio(ours[peer_twin["variant"]], peer_twin) if peer_twin else "—"]
+            if ceilings:
+                top = ceiling_of.get((env_id, num_envs))
+                line.append(f"{best['sps'] / top:.0%}" if best and top else "—")
+            out.append("| " + " | ".join(line) + " |")
+        out.append("")
+        checks = [r for r in runs if "recompiles_after" in r or "syncs" in r]
+        if checks:
+            out += ["| twin run | recompiles in warm-up / after | host syncs after the window (script line: count) |"]
+            out += ["|---|---|---|"]
+            for r in checks:
+                syncs = r.get("syncs")
+                where = (
+                    "not counted"
+                    if syncs is None
+                    else "none"
+                    if not syncs
+                    else "; ".join(f"`{k}`: {v}" for k, v in sorted(syncs.items(), key=lambda kv: -kv[1]))
+                )
+                if syncs is not None:
+                    where += f" (over {r.get('sync_iters')} iterations)"
+                rec = f"{r.get('recompiles_warmup', '—')} / {r.get('recompiles_after', '—')}"
+                name = f"{'LeanRL ' if r['side'] != 'leanrl' else ''}`{r['pair']}` {r['variant']} ({r.get('num_envs')})"
+                out.append(f"| {name} | {rec} | {where} |")
+            out.append("")
+        missing = [r for r in runs if not r.get("sps")]
+        if missing:
+            out += ["Runs without a steady figure:", ""]
+            for r in missing:
+                why = r.get("status") or "failed"
+                tail = " / ".join(r.get("log_tail") or ([r["message"]] if r.get("message") else []))
+                tail = " ".join(tail.split())[:300]
+                side = "LeanRL " if r.get("side") == "leanrl-peer" else ""
+                out.append(
+                    f"- {side}`{r['pair']}` {r['variant']} ({r['env_id']}): {why}" + (f": {tail}" if tail else "")
+                )
+            out.append("")
+    skipped = [r for r in records if str(r.get("status", "")).startswith("skipped")]
+    if skipped:
+        out += ["Not started before the session's deadline: " + ", ".join(r["what"] for r in skipped) + ".", ""]
+    return "\n".join(out)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -495,11 +618,25 @@ def main(argv=None):
     parser.add_argument("--replay", help="markdown table written by benchmarks/replay.py to splice in")
     parser.add_argument("--steady", help="markdown table written by benchmarks/steady.py to splice into --readme")
     parser.add_argument(
+        "--gpu",
+        nargs="+",
+        help="results.jsonl files of benchmarks/gpu_session.sh (or GPU results lines): print one table per machine, "
+        "and with --out write it to OUT/gpu.md",
+    )
+    parser.add_argument(
         "--benchmarks-readme",
         default=str(ROOT / "benchmarks" / "README.md"),
         help="README to splice the --rl-ops and --replay tables into",
     )
     args = parser.parse_args(argv)
+    if args.gpu:
+        records = [json.loads(raw) for path in args.gpu for raw in Path(path).read_text().splitlines() if raw.strip()]
+        table = gpu_markdown(records)
+        print(table)
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "gpu.md").write_text(table)
+        return
     if args.part is not None and not (args.learning and re.fullmatch(r"[a-z0-9]+", args.part)):
         parser.error("--part goes with --learning and is a word of lowercase letters and digits")
     benchmarks = {"rl-ops": args.rl_ops, "replay": args.replay}

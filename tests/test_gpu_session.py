@@ -1,0 +1,142 @@
+"""benchmarks/gpu_session.py: the window arithmetic on known stamps, the loop's phases, the recompile count, the lanes'
+cores, the GPU table on the committed H100 results, and the whole command as a dry run on the CPU (the smoke test
+that keeps it from rotting between GPU sessions)."""
+
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import ROOT, load_script
+
+session = load_script("benchmarks/gpu_session.py")
+plot = load_script("plots/plot.py")
+
+
+def test_a_window_of_one_second_iterations_of_100_steps_is_100_steps_per_second():
+    # process started at t=0; iterations start at 2 (a 10 s compile in the first), 12, 13, 14, ...
+    stamps = [2.0, 12.0] + [12.0 + k for k in range(1, 11)]
+    figures = session.window_figures(stamps, 100, start=0.0, window_from=3, window_to=11)
+    assert figures["sps"] == pytest.approx(100.0) and figures["window_s"] == pytest.approx(8.0)
+    assert figures["window_iterations"] == 8 and figures["to_window_s"] == pytest.approx(14.0)
+    assert figures["warmup_excess_s"] == pytest.approx(9.0)  # the 10 s first iteration, less one steady second
+    assert session.window_figures(stamps, 100, 0.0, window_from=3, window_to=None) is None  # never reached
+
+
+def test_the_loop_runs_warm_up_window_sync_count_and_profile_then_ends():
+    config = dict(k0=2, steady_s=3.0, min_iters=2, sync_iters=2, profile=False, script="x.py")
+    state = dict(config=config, stamps=[], syncs={}, phase="warmup")
+    clock = [0.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]
+    went_on = [session.advance(state, t) for t in clock]
+    # the window opens at iteration 2 (t=6) and closes at the first start 3 s later (iteration 5, t=9); two
+    # iterations of sync count (5 and 6) follow, and the loop ends at iteration 7's start
+    assert state["window_from"] == 2 and state["window_to"] == 5 and state["syncs_to"] == 7
+    assert went_on == [True] * 7 + [False, False] and state["phase"] == "done"
+    figures = session.window_figures(state["stamps"], 10, 0.0, state["window_from"], state["window_to"])
+    assert figures["sps"] == pytest.approx(10.0)
+
+
+def test_a_window_needs_its_minimum_of_iterations_as_well_as_its_seconds():
+    config = dict(k0=0, steady_s=1.0, min_iters=4, sync_iters=0, profile=False, script="x.py")
+    state = dict(config=config, stamps=[], syncs={}, phase="warmup")
+    went_on = [session.advance(state, t) for t in (0.0, 10.0, 20.0, 30.0, 40.0, 50.0)]
+    assert state["window_to"] == 4 and went_on == [True] * 4 + [False, False]
+
+
+def test_recompiles_are_counted_before_and_after_the_window_starts():
+    line = "V1126 12:00:00.000 1 torch/_dynamo/guards.py:1] [0/1] [__recompiles] Recompiling function policy in x.py"
+    log = "\n".join([line, "other", line, f"{session.MARK} 4", "tqdm", line])
+    assert session.count_recompiles(log) == (2, 1)
+    assert session.count_recompiles("no mark\n" + line) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "cores, sizes",
+    [(list(range(16)), [4, 4, 3, 3, 2]), (list(range(32)), [7, 7, 6, 6, 6]), (list(range(8)), [2, 2, 2, 1, 1])],
+)
+def test_lanes_get_disjoint_cores_and_the_two_ppo_atari_lanes_the_same_number(cores, sizes):
+    shares = session.split_cores(cores, 5)
+    assert [len(s) for s in shares] == sizes
+    flat = [c for s in shares for c in s]
+    assert len(flat) == len(set(flat)) and set(flat) <= set(cores)
+
+
+def test_the_plan_measures_every_pair_and_the_peers_on_the_same_sizes():
+    lanes = session.plan("/peer", dry_run=False, cores=list(range(16)))
+    runs = [job for _, _, jobs in lanes for job in jobs if job.get("kind") != "ceiling"]
+    ours = {(j["pair"], j["variant"]) for j in runs if j["side"] == "leanrl"}
+    full = "twin --compile --cudagraphs"
+    for pair in ("ppo_atari_envpool", "ppo_continuous_action", "sac_continuous_action", "td3_continuous_action"):
+        assert {(pair, "eager"), (pair, full)} <= ours
+    for pair in ("dqn", "dqn_atari_envpool", "r2d2_atari_envpool"):
+        assert {(pair, "eager"), (pair, full)} <= ours
+    assert {("ppo_atari_envpool", "twin"), ("ppo_atari_envpool", "twin --compile")} <= ours
+    for peer in (j for j in runs if j["side"] == "leanrl-peer"):
+        mine = [
+            j for j in runs if j["side"] == "leanrl" and (j["pair"], j["variant"]) == (peer["pair"], peer["variant"])
+        ]
+        assert peer["script"].startswith("/peer/leanrl/") and mine
+        assert any(j["flags"] == peer["flags"] and j["num_envs"] == peer["num_envs"] for j in mine)
+    ceilings = {(j["env_id"], j["num_envs"]) for _, _, jobs in lanes for j in jobs if j.get("kind") == "ceiling"}
+    assert ceilings == {("Breakout-v5", 8), ("Breakout-v5", 64), ("HalfCheetah-v4", 1), ("CartPole-v1", 1)}
+
+
+def test_the_gpu_table_of_the_committed_h100_run_gives_its_speed_ups():
+    path = ROOT / "docs" / "gpu-runs" / "h100-2026-11-24.jsonl"
+    lines = [json.loads(raw) for raw in path.read_text().splitlines()]
+    sps = {
+        (line["script"], line["compile"], line["cudagraphs"]): line["sps"] for line in lines if line["status"] == "ok"
+    }
+    table = plot.gpu_markdown(lines)
+    assert table.startswith("### NVIDIA H100 80GB HBM3")
+    row = next(r for r in table.splitlines() if r.startswith("| `td3_continuous_action`"))
+    expected = (
+        sps[("td3_continuous_action_torchcompile.py", True, True)] / sps[("td3_continuous_action.py", False, False)]
+    )
+    assert row.split(" | ")[-1].rstrip(" |") == f"{expected:.2f}x"
+    assert "`sac_continuous_action` twin --compile --cudagraphs (HalfCheetah-v4): error: InductorError" in table
+
+
+def test_the_gpu_table_puts_leanrl_beside_ours_with_the_ratios():
+    machine = dict(kind="machine", device="GPU X", cpu="CPU Y", cpu_count=16, torch="2.11.0", time="2026-11-26T00")
+    run = lambda side, variant, sps: dict(
+        kind="run", side=side, pair="sac_continuous_action", variant=variant, env_id="HalfCheetah-v4", num_envs=1,
+        sps=sps, to_window_s=30.0,
+    )  # fmt: skip
+    full = "twin --compile --cudagraphs"
+    records = [machine, dict(kind="ceiling", family="gymnasium", env_id="HalfCheetah-v4", num_envs=1, sps=4000.0)]
+    records += [run("leanrl", "eager", 200.0), run("leanrl", full, 1200.0)]
+    records += [run("leanrl-peer", "eager", 250.0), run("leanrl-peer", full, 1000.0)]
+    row = next(r for r in plot.gpu_markdown(records).splitlines() if r.startswith("| `sac"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[5:8] == ["1,200 (30 s)", "6.00x", "250 (30 s)"]  # ours, twin / eager, LeanRL's eager
+    assert cells[8:11] == ["1,000 (30 s) --compile --cudagraphs", "0.80x", "1.20x"]  # its twin, the two ratios
+    assert cells[11:] == ["30%"]  # the best twin over the env's ceiling
+
+
+def test_the_dry_run_measures_every_lane_on_the_cpu(tmp_path):
+    """Smoke test plus figures: every job of the plan runs at tiny budgets (no --compile/--cudagraphs, the peer
+    too) and gets a steady window; the tables and the archive come back."""
+    peer = ROOT.parent / "shared" / "peers" / "leanrl"
+    if not (peer / "leanrl").is_dir():
+        pytest.skip("LeanRL's patched scripts are not beside this checkout (../shared/peers/leanrl)")
+    env = dict(os.environ, PEER=str(peer))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "--dry-run", str(out)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["logs.tar.gz", "profile.md", "results.jsonl", "summary.md"]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert records[0]["kind"] == "machine" and records[0]["device"] == "cpu"
+    runs = [r for r in records if r["kind"] == "run"]
+    planned = sum(1 for _, _, jobs in session.plan(str(peer), True, [0, 1]) for j in jobs if j.get("kind") != "ceiling")
+    assert len(runs) == planned, [r.get("what") for r in records if r["kind"] == "skipped"]
+    no_window = [(r["what"], r["status"], r.get("log_tail")) for r in runs if not r.get("sps")]
+    assert not no_window
+    ours = [r for r in runs if r["side"] == "leanrl" and r.get("results_line")]
+    assert ours and all(r["results_line"]["status"] == "ok" for r in ours)
+    assert all(r["sps"] > 0 for r in records if r["kind"] == "ceiling")
+    assert "rollout step" in (out / "profile.md").read_text()
+    assert "| `ppo_atari_envpool` |" in (out / "summary.md").read_text()
