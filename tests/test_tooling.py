@@ -114,10 +114,55 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- test-command:start -->")[1].split("<!-- test-command:end -->")[0]
     command = [line for line in block.strip().splitlines() if not line.startswith("```")]
-    install = "python3 -m pip install -e . -r requirements/requirements-dev.txt"
+    install = "python3 -m pip install -e . -r requirements/requirements-dev.txt -c requirements/constraints.txt"
     run_each_file = 's=0 && for f in tests/test_*.py; do python3 -m pytest "$f" || s=1; done && [ $s = 0 ]'
     assert command == [f"{install} && {run_each_file}"]
-    assert "README.md" in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "README.md" in ci and 'eval "$test_command"' in ci
+    # in a fresh virtual environment, never the machine's python, with torch at the constraints' pin
+    assert 'python3 -m venv "$tmp/venv"' in ci and '. "$tmp/venv/bin/activate"' in ci
+    assert "python -m pip install -q torch -c requirements/constraints.txt" in ci
+
+
+def pins(path):
+    """name -> version of each `name==version` line of a requirements or constraints file (names normalised)."""
+    found = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            m = re.fullmatch(r"([A-Za-z0-9._-]+)==([A-Za-z0-9.]+)", line)
+            assert m, f"{path.name}: {line!r} is no exact pin (name==version)"
+            found[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
+    return found
+
+
+def test_constraints_pin_every_required_package_and_the_readme_installs_with_them():
+    """requirements/constraints.txt, the environment CI ran, pins every package that pyproject.toml (extras
+    included) and requirements-dev.txt name, inside their ranges; the test tools are pinned exactly and alike in
+    both; torch carries no local label (pins() takes no +cpu), so a CUDA build of its version satisfies it too;
+    and the README's install commands use the file."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    constraints = pins(ROOT / "requirements" / "constraints.txt")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = [Requirement(r) for r in project["dependencies"]]
+    required += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    dev = pins(ROOT / "requirements" / "requirements-dev.txt")
+    assert {"pytest", "hypothesis", "ruff"} <= set(dev)
+    for name, version in dev.items():
+        assert constraints.get(name) == version, f"requirements-dev.txt pins {name}=={version}, constraints.txt not"
+    for req in required:
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert name in constraints, f"constraints.txt does not pin {req.name}"
+        assert req.specifier.contains(constraints[name], prereleases=True), (req, constraints[name])
+    assert "wandb" in constraints and not any(r.name == "wandb" for r in map(Requirement, project["dependencies"]))
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme.split("## Quick start")[1].split("```bash")[1].split("```")[0]
+    assert "python -m pip install -e . -c requirements/constraints.txt" in quick_start
+    cpu_torch = f"python -m pip install torch=={constraints['torch']} --index-url https://download.pytorch.org/whl/cpu"
+    assert cpu_torch in quick_start, "the README's CPU torch is not the one constraints.txt pins"
 
 
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff not installed")
