@@ -324,13 +324,15 @@ def plan(peer, dry_run, cores):
             ceiling("envpool", atari, n64),
             job("leanrl", "ppo_atari_envpool", "eager", atari8, steps_atari8, ppo_k0, atari, n8),
             job("leanrl", "ppo_atari_envpool", full, atari8, steps_atari8, ppo_k0, atari, n8, profile=True),
-            job("leanrl", "ppo_atari_envpool", "twin", atari8, steps_atari8, ppo_k0, atari, n8),
-            job("leanrl", "ppo_atari_envpool", "eager", atari64, steps_atari64, ppo_k0, atari, n64),
-            job("leanrl", "ppo_atari_envpool", full, atari64, steps_atari64, ppo_k0, atari, n64),
-            *(
+            *(  # the dry run has no flags: these would repeat the two above
                 []
                 if dry_run
-                else [job("leanrl", "ppo_atari_envpool", "twin --compile", atari8, steps_atari8, 4, atari, 8)]
+                else [
+                    job("leanrl", "ppo_atari_envpool", "twin", atari8, steps_atari8, ppo_k0, atari, n8),
+                    job("leanrl", "ppo_atari_envpool", "eager", atari64, steps_atari64, ppo_k0, atari, n64),
+                    job("leanrl", "ppo_atari_envpool", full, atari64, steps_atari64, ppo_k0, atari, n64),
+                    job("leanrl", "ppo_atari_envpool", "twin --compile", atari8, steps_atari8, 4, atari, 8),
+                ]
             ),
         ],
         [  # LeanRL's PPO pairs and DQN

@@ -175,17 +175,27 @@ def commands_of(rows):
     return "`, `".join(sorted({line["_command"] for cells in rows.values() for c in cells.values() for line in c.runs}))
 
 
-def speed_markdown(tables, failures, images=""):
+def provenance(rows, images="", name=""):
+    """The command(s) that made a table, quoted; in the README (images set) a list of several gives way to the first
+    and a link to the table's own file `name`, which lists them all."""
+    commands = commands_of(rows).replace("`, then `", "`, `").split("`, `")
+    if not images or len(commands) == 1:
+        return "`" + "`, then `".join(commands) + "`"
+    return f"`{commands[0]}` and {len(commands) - 1} more (all in [{name}]({images}{name}))"
+
+
+def speed_markdown(tables, failures, images="", returns=True):
     """One markdown table per hardware: steps/s (mean ± std over seeds) per variant and the speed-up.
 
     images: where the PNGs are, relative to the file the table goes into ("" beside it, "plots/" from the README).
+    returns: also the mean return and wall time of each cell (the README leaves them to plots/speed.md).
     """
     out = []
     for hardware, rows in sorted(tables.items()):
-        command = commands_of(rows)
+        command = provenance(rows, images, "speed.md")
         variants = [v for v in VARIANTS if any(v in cells for cells in rows.values())]
         out.append(
-            f"Measured on **{hardware}** by `{command}`; steps/s from burn-in to the end, mean ± std over"
+            f"Measured on **{hardware}** by {command}; steps/s from burn-in to the end, mean ± std over"
             " seeds (n = seeds).\n"
         )
         out.append("| script | env | steps | " + " | ".join(variants) + " | speed-up |")
@@ -200,19 +210,22 @@ def speed_markdown(tables, failures, images=""):
             row.append(f"{ratio:.2f}x ({over.removeprefix('twin ')})" if ratio else "—")
             out.append("| " + " | ".join(row) + " |")
         out.append("")
-        out.append("Mean episodic return at the end, and wall seconds of the whole run (compilation included):\n")
-        out.append("| script | env | " + " | ".join(f"{v}: return, wall" for v in variants) + " |")
-        out.append("|---" * (len(variants) + 2) + "|")
-        for (pair, env_id), cells in sorted(rows.items()):
-            row = [f"`{pair}`", env_id]
-            for variant in variants:
-                cell = cells.get(variant)
-                if not cell:
-                    row.append("—")
-                    continue
-                ret = f"{statistics.fmean(cell.returns):.1f}" if cell.returns else "—"
-                row.append(f"{ret}, {statistics.fmean(line['wall_s'] for line in cell.runs):.0f} s")
-            out.append("| " + " | ".join(row) + " |")
+        if not returns:
+            out.append(f"Each cell's return and wall time: [{images}speed.md]({images}speed.md).")
+        else:
+            out.append("Mean episodic return at the end, and wall seconds of the whole run (compilation included):\n")
+            out.append("| script | env | " + " | ".join(f"{v}: return, wall" for v in variants) + " |")
+            out.append("|---" * (len(variants) + 2) + "|")
+            for (pair, env_id), cells in sorted(rows.items()):
+                row = [f"`{pair}`", env_id]
+                for variant in variants:
+                    cell = cells.get(variant)
+                    if not cell:
+                        row.append("—")
+                        continue
+                    ret = f"{statistics.fmean(cell.returns):.1f}" if cell.returns else "—"
+                    row.append(f"{ret}, {statistics.fmean(line['wall_s'] for line in cell.runs):.0f} s")
+                out.append("| " + " | ".join(row) + " |")
         out.append(
             f"\n![speed-up over eager per variant]({images}speed_{slug(hardware)}.png)"
             f" ![returns]({images}returns_{slug(hardware)}.png)\n"
@@ -274,7 +287,8 @@ def returns_markdown(tables, failures, published, images="", png="learning", par
             "then the wall time of one run). CleanRL: its published 3-seed figure for the same env and budget "
             "(docs.cleanrl.dev, copied in `plots/published_returns.csv`)"
         )
-        out.append(f"Measured on **{hardware}** by `{commands_of(rows)}`: {what}.\n")
+        command = provenance(rows, images, png.replace("learning", "returns") + ".md")
+        out.append(f"Measured on **{hardware}** by {command}: {what}.\n")
         out.append("| script | env | steps | " + " | ".join(variants) + " | CleanRL |")
         out.append("|---" * (len(variants) + 4) + "|")
         for (pair, env_id, budget), cells in sorted(rows.items()):
@@ -490,14 +504,23 @@ def gpu_sessions(records):
     return list(sessions.values())
 
 
-def gpu_markdown(records):
+def gpu_markdown(records, brief=False):
     """One table per machine: each env's ceiling, each pair's eager script and twin variants, LeanRL's scripts
-    beside them, the ratios; then the checks (recompiles, host syncs) and the runs with no steady window."""
+    beside them, the ratios; then the checks (recompiles, host syncs) and the runs with no steady window.
+    brief: the README's cut, the eager script and the twin with both flags beside LeanRL's, and the ratios."""
     out = []
     for machine, runs, ceilings in gpu_sessions(records):
         stamp = f"{machine['device']} · {machine['cpu']} ({machine['cpu_count']} cores) · torch {machine['torch']}"
-        out += [f"### {stamp}", ""]
-        if machine.get("time"):
+        if brief:
+            out += [
+                f"Measured on **{stamp}**, {machine.get('time', '')[:10]}, by `benchmarks/gpu_session.sh`: steps/s "
+                f"over a steady window after compile and capture, one seed, {len({r.get('lane') for r in runs})} lanes "
+                "of runs sharing the GPU (all of it: [docs/gpu-checks.md](docs/gpu-checks.md)).",
+                "",
+            ]
+        else:
+            out += [f"### {stamp}", ""]
+        if machine.get("time") and not brief:
             out += [
                 f"Measured {machine['time'][:10]} by `benchmarks/gpu_session.sh`"
                 + (" (dry run, CPU: no --compile/--cudagraphs)" if machine.get("dry_run") else "")
@@ -509,7 +532,7 @@ def gpu_markdown(records):
                 "start to the window.",
                 "",
             ]
-        if ceilings:
+        if ceilings and not brief:
             out += ["| env ceiling (random actions, no agent) | envs | steps/s |", "|---|---|---|"]
             for c in ceilings:
                 sps = f"{c['sps']:,.0f}" if c.get("sps") else "failed"
@@ -521,36 +544,43 @@ def gpu_markdown(records):
             if r.get("sps"):
                 cells[(r["pair"], r["env_id"], r.get("num_envs"))][(r["side"], r["variant"])] = r
         has_peer = any(side != "leanrl" for row in cells.values() for side, _ in row)
-        head = ["pair", "env", *GPU_COLUMNS, "best twin / eager"]
+        columns = [GPU_COLUMNS[0], GPU_COLUMNS[-1]] if brief else GPU_COLUMNS
+        best_twin = "twin" if brief else "best twin"
+        head = ["pair", "env", *columns, f"{best_twin} / eager"]
         if has_peer:
-            head += ["LeanRL eager", "LeanRL twin (its flags)", "ours / LeanRL: eager", "twin, same flags"]
+            head += ["LeanRL eager", "LeanRL twin" + ("" if brief else " (its flags)"), "ours / LeanRL: eager"]
+            head += ["twin" if brief else "twin, same flags"]
         if ceilings:
-            head.append("best twin / env ceiling")
+            head.append(f"{best_twin} / env ceiling")
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         fmt = lambda r: (
             "—"
             if r is None
-            else f"{r['sps']:,.0f}" + (f" ({r['to_window_s']:.0f} s)" if r.get("to_window_s") is not None else "")
+            else f"{r['sps']:,.0f}"
+            + (f" ({r['to_window_s']:.0f} s)" if r.get("to_window_s") is not None and not brief else "")
         )
         ratio = lambda a, b: f"{a['sps'] / b['sps']:.2f}x" if a and b else "—"
         for (pair, env_id, num_envs), row in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][2] or 0)):
-            ours = {v: row.get(("leanrl", v)) for v in GPU_COLUMNS}
+            ours = {v: row.get(("leanrl", v)) for v in columns}
             twins = [r for v, r in ours.items() if v != "eager" and r]
             best = max(twins, key=lambda r: r["sps"], default=None)
             env = env_id + (f" ({num_envs} envs)" if num_envs and num_envs > 1 else "")
-            line = [f"`{pair}`", env, *(fmt(ours[v]) for v in GPU_COLUMNS), ratio(best, ours["eager"])]
+            line = [f"`{pair}`", env, *(fmt(ours[v]) for v in columns), ratio(best, ours["eager"])]
             if has_peer:
                 peer_eager = row.get(("leanrl-peer", "eager"))
                 peer_twins = [row[("leanrl-peer", v)] for v in reversed(GPU_COLUMNS[1:]) if ("leanrl-peer", v) in row]
                 peer_twin = peer_twins[0] if peer_twins else None  # its fastest variant measured: both flags first
                 flags = f" {peer_twin['variant'].removeprefix('twin').strip() or 'no flag'}" if peer_twin else ""
+                flags = "" if brief and peer_twin and peer_twin["variant"] == GPU_COLUMNS[-1] else flags
                 line += [fmt(peer_eager), fmt(peer_twin) + flags, ratio(ours["eager"], peer_eager)]
-                line += [ratio(ours[peer_twin["variant"]], peer_twin) if peer_twin else "—"]
+                line += [ratio(ours.get(peer_twin["variant"]), peer_twin) if peer_twin else "—"]
             if ceilings:
                 top = ceiling_of.get((env_id, num_envs))
                 line.append(f"{best['sps'] / top:.0%}" if best and top else "—")
             out.append("| " + " | ".join(line) + " |")
         out.append("")
+        if brief:
+            continue
         checks = [r for r in runs if "recompiles_after" in r or "syncs" in r]
         if checks:
             out += ["| twin run | recompiles in warm-up / after | host syncs after the window (script line: count) |"]
@@ -583,7 +613,7 @@ def gpu_markdown(records):
                 )
             out.append("")
     skipped = [r for r in records if str(r.get("status", "")).startswith("skipped")]
-    if skipped:
+    if skipped and not brief:
         out += ["Not started before the session's deadline: " + ", ".join(r["what"] for r in skipped) + ".", ""]
     return "\n".join(out)
 
@@ -636,6 +666,10 @@ def main(argv=None):
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             (Path(args.out) / "gpu.md").write_text(table)
+        if args.publish:  # the README's cut, between its gpu-table markers
+            readme = Path(args.readme)
+            readme.write_text(splice(readme.read_text(), "gpu-table", gpu_markdown(records, brief=True)))
+            print(f"plot.py: published: {readme} (gpu-table)")
         return
     if args.part is not None and not (args.learning and re.fullmatch(r"[a-z0-9]+", args.part)):
         parser.error("--part goes with --learning and is a word of lowercase letters and digits")
@@ -662,7 +696,7 @@ def main(argv=None):
                 plot_returns(hardware, rows, out / f"{png}_{slug(hardware)}.png", "returns at full budget")
         else:
             marker, name = "speed-table", "speed.md"
-            table = lambda images: speed_markdown(tables, failures, images)
+            table = lambda images: speed_markdown(tables, failures, images, returns=not images)
             pngs = []
             for hardware, rows in tables.items():
                 pngs += [f"speed_{slug(hardware)}.png", f"returns_{slug(hardware)}.png"]

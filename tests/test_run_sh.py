@@ -61,7 +61,10 @@ def test_only_with_a_typo_names_the_valid_pairs_and_creates_nothing(tmp_path):
         (["--quick", "--learning"], "--quick and --learning"),
         (["--learning", "--only", "ppo_atari_envpool_distributed"], "valid pairs"),
         (["--fast"], "unknown option '--fast'"),
-        (["--rounds", "2"], "--rounds and --base go with --steady"),
+        (["--rounds", "2"], "--rounds, --base and --peer go with --steady"),
+        (["--peer", "/nonexistent"], "--rounds, --base and --peer go with --steady"),
+        (["--steady", "--peer", "/nonexistent"], "--peer /nonexistent has no leanrl/ folder"),
+        (["--steady", "--peer"], "--peer needs a value"),
         (["--steady", "--rounds", "0"], "--rounds must be a positive integer"),
         (["--steady", "--base", "/nonexistent"], "not a leanrl checkout"),
         (["--steady", "--learning"], "--steady and --learning"),
@@ -70,7 +73,7 @@ def test_only_with_a_typo_names_the_valid_pairs_and_creates_nothing(tmp_path):
 )
 def test_bad_options_get_one_line_and_exit_2_before_anything_is_created(args, message, tmp_path):
     out = tmp_path / "results"
-    proc = run_sh(*args, "--results-dir", str(out)) if args != ["--only"] else run_sh(*args)
+    proc = run_sh(*args) if args[-1] in ("--only", "--peer") else run_sh(*args, "--results-dir", str(out))
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr, proc.stderr
     assert not out.exists()
@@ -170,19 +173,24 @@ def test_steady_runs_the_harness_on_each_pairs_eager_script_and_compiled_twin_at
     clone = tmp_path / "clone"  # run.sh alone: --publish copies the table into this clone's benchmarks/results
     (clone / "benchmarks" / "results").mkdir(parents=True)
     shutil.copy2(ROOT / "run.sh", clone / "run.sh")
-    base = tmp_path / "base"
+    base, peer = tmp_path / "base", tmp_path / "peer"
     (base / "leanrl").mkdir(parents=True)
+    (peer / "leanrl").mkdir(parents=True)
     python = tmp_path / "python"
     python.write_text(FAKE_PYTHON.format(python=sys.executable))
     python.chmod(0o755)
     monkeypatch.setenv("STEADY_ARGS", str(tmp_path / "args.json"))
     out = tmp_path / "out"
     flags = ["--steady", "--only", "dqn", "--timesteps", "5000", "--extra", "--learning-starts 100", "--rounds", "2"]
-    proc = run_sh(*flags, "--base", str(base), "--results-dir", str(out), "--publish", root=clone, python=python)
+    others = ["--base", str(base), "--peer", str(peer)]
+    proc = run_sh(*flags, *others, "--results-dir", str(out), "--publish", root=clone, python=python)
     assert proc.returncode == 0, proc.stderr
     args = json.loads((tmp_path / "args.json").read_text())
-    options = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i] in ("--rounds", "--cpu", "--out")}
-    assert options == {"--rounds": "2", "--cpu": str(max(os.sched_getaffinity(0))), "--out": str(out)}
+    options = {
+        args[i]: args[i + 1] for i in range(len(args) - 1) if args[i] in ("--rounds", "--cpu", "--out", "--peer")
+    }
+    core = str(max(os.sched_getaffinity(0)))
+    assert options == {"--rounds": "2", "--cpu": core, "--out": str(out), "--peer": str(peer)}
     sides = [args[i + 1] for i, a in enumerate(args) if a == "--side"]
     assert sides == [f"base={base}", f"new={clone}"] and "--cold" in args
     runs = [" ".join(args[i + 1].split()) for i, a in enumerate(args) if a == "--run"]
@@ -431,8 +439,14 @@ def test_readme_returns_section_is_a_placeholder_or_a_published_learning_table()
     for part, block in parts:  # a part of the section (plot.py --part), its table as published in plots/
         assert block.strip().startswith("Measured on **") and "./run.sh --learning" in block, part
         assert "| CleanRL |" in block and f"](plots/learning_{part}_" in block, part
-        published = (ROOT / "plots" / f"returns_{part}.md").read_text()
-        assert published.strip() == block.strip().replace("](plots/", "]("), part
+        # as published in plots/, but for the provenance: the README names the first command and links the file that
+        # lists them all
+        published = (ROOT / "plots" / f"returns_{part}.md").read_text().strip().split("\n", 1)
+        first, rest = block.strip().replace("](plots/", "](").split("\n", 1)
+        assert rest == published[1], part
+        assert f"(all in [returns_{part}.md](returns_{part}.md))" in first, part
+        command = first.split(" by `")[1].split("`")[0]
+        assert f"`{command}`, then `" in published[0], part
 
 
 # ---------------------------------------------------------------- the replay study, copied in
