@@ -147,6 +147,10 @@ def check_video(script, env_id):
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         fail(script, f"--capture-video needs {' and '.join(missing)}, not installed: pip install {' '.join(missing)}")
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        # pygame draws the frames off screen: with no display, SDL would try Wayland first and print an error
+        # ("XDG_RUNTIME_DIR is invalid") on a run that films fine
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     probe = subprocess.run([sys.executable, "-c", RENDER_PROBE, env_id], capture_output=True, text=True)
     if probe.returncode != 0:
         hint = "; without a display, set MUJOCO_GL=egl (or osmesa)" if "mujoco" in entry_point else ""

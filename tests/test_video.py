@@ -104,6 +104,24 @@ def test_check_video_renders_a_frame_first(moviepy_stub, monkeypatch, capsys):
     assert "MUJOCO_GL" in err[0] and err[0].endswith("set MUJOCO_GL=egl (or osmesa)")
 
 
+@pytest.mark.parametrize("display", [None, ":0"])
+def test_without_a_display_pygame_draws_off_screen(display, moviepy_stub, monkeypatch):
+    """With no display SDL's dummy driver, so a filming run prints no 'XDG_RUNTIME_DIR is invalid' error; with one,
+    SDL is left to choose; a driver the user set is kept."""
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"):
+        monkeypatch.delenv(name, raising=False)
+    if display:
+        monkeypatch.setenv("DISPLAY", display)
+    monkeypatch.setattr(bk.importlib.util, "find_spec", lambda name: object())  # moviepy and pygame are there
+    probes = []
+    monkeypatch.setattr(bk.subprocess, "run", lambda *a, **k: probes.append(k) or types.SimpleNamespace(returncode=0))
+    bk.check_video("dqn.py", "CartPole-v1")
+    assert len(probes) == 1 and bk.os.environ.get("SDL_VIDEODRIVER") == (None if display else "dummy")
+    monkeypatch.setenv("SDL_VIDEODRIVER", "x11")
+    bk.check_video("dqn.py", "CartPole-v1")
+    assert bk.os.environ["SDL_VIDEODRIVER"] == "x11"
+
+
 # ---------------------------------------------------------------- env 0, and only env 0, films
 
 
