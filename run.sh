@@ -7,10 +7,14 @@
 #   ./run.sh --steady        steady-state speed with benchmarks/steady.py: each pair's eager script and twin --compile
 #                            at the --quick budgets, pinned to one core, cold compile caches, 3 rounds, into runs/steady
 #                            (steady.md: steps per CPU-second, warm-up = compile time); --base DIR runs a checkout of
-#                            an older commit (a git worktree) in turn with this one and adds the ratios
+#                            an older commit (a git worktree) in turn with this one and adds the ratios; --peer DIR
+#                            runs LeanRL's scripts (DIR/leanrl/<script>.py, patched to run on today's libraries: see
+#                            docs/cpu-speed.md) as one more side at the same budgets and adds the ratio ours/peer
+#                            (LeanRL has no dqn_atari_envpool or r2d2_atari_envpool: those rows are ours alone)
 # Options: --only PAIR   --seeds "1 2"   --timesteps N (replaces every run's --total-timesteps)
 #          --extra "FLAGS" (added to every run)   --results-dir DIR (default runs, --learning: runs/learning)
-#          --no-plot   --publish   --rounds K (--steady)   --base DIR (--steady; relative paths from this clone)
+#          --no-plot   --publish   --rounds K (--steady)   --base DIR, --peer DIR (--steady; relative paths from
+#          this clone)
 # Pairs: ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action
 #        r2d2_atari_envpool; and ppo_atari_envpool_distributed (speed only, machines with several GPUs).
 # Speed variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both; on a machine
@@ -37,10 +41,10 @@ die() { echo "run.sh: error: $*" >&2; exit 2; }
 
 command="./run.sh"  # as typed, quoted where needed: the tables name the command that measured them
 for arg in "$@"; do command+=" $(printf '%q' "$arg")"; done
-mode=speed quick=0 seeds="" only="" timesteps="" extra="" dir="" plot=1 publish=0 steady=0 rounds="" base=""
+mode=speed quick=0 seeds="" only="" timesteps="" extra="" dir="" plot=1 publish=0 steady=0 rounds="" base="" peer=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --seeds | --only | --timesteps | --extra | --results-dir | --rounds | --base)
+    --seeds | --only | --timesteps | --extra | --results-dir | --rounds | --base | --peer)
       [ $# -ge 2 ] || die "$1 needs a value" ;;
   esac
   case "$1" in
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
     --steady) steady=1 ;;
     --rounds) rounds=$2; shift ;;
     --base) base=$2; shift ;;
+    --peer) peer=$2; shift ;;
     --seeds) seeds=$2; shift ;;
     --only) only=$2; shift ;;
     --timesteps) timesteps=$2; shift ;;
@@ -70,9 +75,10 @@ fi
 [ "$mode:$quick" != learning:1 ] || die "--quick and --learning are two different runs: give one"
 [ "$plot:$publish" != 0:1 ] || die "--publish needs the plots: drop --no-plot"
 [ "$mode:$steady" != learning:1 ] || die "--steady and --learning are two different runs: give one"
-[ -z "$rounds$base" ] || [ "$steady" = 1 ] || die "--rounds and --base go with --steady"
+[ -z "$rounds$base$peer" ] || [ "$steady" = 1 ] || die "--rounds, --base and --peer go with --steady"
 [ -z "$rounds" ] || [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer, got '$rounds'"
 [ -z "$base" ] || [ -d "$base/leanrl" ] || die "--base $base is not a leanrl checkout (no leanrl/ folder)"
+[ -z "$peer" ] || [ -d "$peer/leanrl" ] || die "--peer $peer has no leanrl/ folder of LeanRL's scripts (leanrl/<script>.py)"
 [ -z "$timesteps" ] || [[ "$timesteps" =~ ^[1-9][0-9]*$ ]] || die "--timesteps must be a positive integer, got '$timesteps'"
 for seed in $seeds; do [[ "$seed" =~ ^[0-9]+$ ]] || die "--seeds takes integers, got '$seed'"; done
 [ -n "$seeds" ] || { [ "$quick" = 1 ] && seeds="1" || seeds="1 2 3"; }
@@ -179,6 +185,7 @@ if [ "$steady" = 1 ]; then
   done
   sides=(--side "new=$PWD")
   [ -z "$base" ] || sides=(--side "base=$base" "${sides[@]}")
+  [ -z "$peer" ] || sides+=(--peer "$peer")  # measured after ours in each round, at the same budgets
   core=$($py -c "import os; print(max(os.sched_getaffinity(0)))")  # the last core this shell may use
   $py benchmarks/steady.py "${sides[@]}" "${jobs[@]}" --rounds "${rounds:-3}" --cpu "$core" --cold --out "$dir" \
     --command "$command"

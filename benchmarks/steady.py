@@ -17,12 +17,20 @@ time from the process start to the end of the warm-up (imports, env, compile, bu
 the median, p10 and p90 of the seconds per steady iteration. A side whose bookkeeping has no Run.tick falls back to its
 results line's sps (no CPU time, no warm-up, no spread).
 
+--peer DIR adds one more side, named peer, measured after ours in each round: LeanRL's scripts (DIR/leanrl/<script>.py,
+the same file names as ours; a script it lacks is left out of its side). They have no bookkeeping and no results line:
+the recorder stamps the end of every iteration of the first tqdm loop they iterate over (PPO: num_envs * num_steps env
+steps an item; the off-policy scripts: one vector step of num_envs envs), their warm-up ends at the env step where our
+script's burn-in ended in the same round, they run with WANDB_MODE=disabled and without the flags their Args lack. The
+table adds the ratio of the last --side to the peer.
+
 Output in --out: steady.md (the table, also printed) for this invocation, steady.jsonl (every measurement, with the
 machine and the commit of each side; appended) and steady_runs/ (each run's log, ticks.csv and results line).
 This file is also imported inside the measured process (record_ticks): keep its top-level imports to the stdlib.
 """
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -40,6 +48,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ITER_KEYS = ("iter_s_median", "iter_s_p10", "iter_s_p90")
 TICKS_FILE = "LEANRL_TICKS_FILE"  # where the measured process writes its ticks
+TICKS_FROM = "LEANRL_TICKS_FROM"  # "tqdm": a peer's script, stamped through its progress loop
+PEER = "peer"  # the peer's side
+PEER_STAMP = "LeanRL (patched, see docs/cpu-speed.md)"  # what the table calls the peer: no local path
+PEER_FOLDER = "<patched LeanRL>"  # and its folder in the command that measured it
 SITECUSTOMIZE = """import importlib.util
 spec = importlib.util.spec_from_file_location("leanrl_steady", {path!r})
 steady = importlib.util.module_from_spec(spec)
@@ -56,6 +68,9 @@ def record_ticks():
 
     ticks_file = os.environ.pop(TICKS_FILE, None)  # popped: a process this one starts records nothing
     if ticks_file is None:
+        return
+    if os.environ.pop(TICKS_FROM, None) == "tqdm":
+        stamp_tqdm(ticks_file)
         return
 
     class Finder:
@@ -84,9 +99,7 @@ def wrap_run(bookkeeping, ticks_file):
 
     def tick_noted(self, step):
         tick(self, step)
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the C++ compiler that inductor runs, once it ended
-        cpu = time.process_time() + children.ru_utime + children.ru_stime
-        self.__dict__.setdefault("noted_ticks", []).append((step, time.time(), cpu))
+        self.__dict__.setdefault("noted_ticks", []).append((step, time.time(), cpu_time()))
 
     def exit_noted(self, *exc):
         try:
@@ -94,12 +107,52 @@ def wrap_run(bookkeeping, ticks_file):
         finally:
             if getattr(self, "record", True):  # not the other ranks of a distributed run
                 header = {"burnin": getattr(self, "burnin", 0), "bookkeeping": bookkeeping.__file__}
-                rows = (f"{s},{w:.6f},{c:.6f}\n" for s, w, c in self.__dict__.get("noted_ticks", []))
-                with open(ticks_file, "w") as f:
-                    f.write(f"# {json.dumps(header)}\nstep,wall,cpu\n")
-                    f.writelines(rows)
+                write_ticks(ticks_file, header, self.__dict__.get("noted_ticks", []))
 
     run.tick, run.__exit__ = tick_noted, exit_noted
+
+
+def stamp_tqdm(ticks_file):
+    """A peer's script: note (env steps so far, wall time, CPU time) at the end of every iteration of the first tqdm
+    loop it iterates over (its training loop), and write them when the process exits."""
+    import atexit
+
+    import tqdm
+
+    header, rows = {"source": "tqdm", "steps_per_item": None}, []
+    base = tqdm.tqdm
+
+    class StampedTqdm(base):
+        def __iter__(self):
+            if header["steps_per_item"] is not None:  # a later loop (an evaluation): not timed
+                yield from super().__iter__()
+                return
+            header["steps_per_item"] = per_item = steps_per_item(vars(sys.modules["__main__"]).get("args"))
+            for n, item in enumerate(super().__iter__(), 1):
+                yield item
+                rows.append((n * per_item, time.time(), cpu_time()))  # the loop asked for the next item: n ended
+
+    tqdm.tqdm = StampedTqdm
+    atexit.register(lambda: write_ticks(ticks_file, header, rows))
+
+
+def steps_per_item(args):
+    """Env steps in one item of a CleanRL-style training loop, from the script's parsed `args`: a PPO iteration
+    (it has num_steps) steps num_envs envs num_steps times, an off-policy iteration steps them once; one step an
+    item where the script has no module-level `args`."""
+    return getattr(args, "num_envs", 1) * getattr(args, "num_steps", 1)
+
+
+def cpu_time():
+    """CPU seconds of this process and of the children it waited for (the C++ compiler that inductor runs)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def write_ticks(path, header, rows):
+    with open(path, "w") as f:
+        f.write(f"# {json.dumps(header)}\nstep,wall,cpu\n")
+        f.writelines(f"{s},{w:.6f},{c:.6f}\n" for s, w, c in rows)
 
 
 # ---------------------------------------------------------------- the arithmetic
@@ -146,9 +199,41 @@ def steady_state(ticks, start, burnin, warmup_s=0.0):
     )
 
 
-def schedule(labels, sides, rounds):
-    """The order of the runs: each round runs every label on every side in turn (A, B, A, B, ... per label)."""
-    return [(r, label, side) for r in range(1, rounds + 1) for label in labels for side in sides]
+def steps_burnin(ticks, burnin):
+    """The env steps done when a run's burn-in (`burnin` ticks, at least one) ended; None if it ended in it."""
+    end = max(burnin, 1)
+    return ticks[end - 1][0] if end <= len(ticks) else None
+
+
+def peer_burnin(ticks, steps):
+    """The peer's burn-in in ticks: up to the first tick at or past `steps` env steps, where our script's burn-in
+    ended; all the ticks and one more (no steady state) if none is."""
+    return next((k for k, (step, _, _) in enumerate(ticks, 1) if step >= steps), len(ticks) + 1)
+
+
+def schedule(labels, sides, rounds, absent=()):
+    """The order of the runs: each round runs every label on every side in turn (A, B, A, B, ... per label), but
+    not the (label, side) pairs in `absent` (a script the peer lacks)."""
+    return [(r, label, side) for r in range(1, rounds + 1) for label in labels for side in sides
+            if (label, side) not in absent]  # fmt: skip
+
+
+def peer_argv(argv, script):
+    """`argv` less the flags that the Args dataclass of the peer's `script` lacks, each with its values (tyro's
+    names: --field-name, and --no-field-name for a boolean); and the flags left out."""
+    tree = ast.parse(Path(script).read_text())
+    args = next((node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Args"), None)
+    fields = {node.target.id for node in getattr(args, "body", []) if isinstance(node, ast.AnnAssign)}
+    kept, left_out, keep = [argv[0]], [], True
+    for word in argv[1:]:
+        if word.startswith("--"):
+            name = word[2:].split("=")[0].replace("-", "_")
+            keep = name in fields or (name.startswith("no_") and name[3:] in fields)
+            if not keep:
+                left_out.append(word)
+        if keep:
+            kept.append(word)
+    return kept, left_out
 
 
 # ---------------------------------------------------------------- one run
@@ -162,12 +247,15 @@ def recording_env(folder):
     return env
 
 
-def measure(argv, root, folder, start_env, cpu=None, cold=False, warmup_s=0.0):
-    """Run `argv` (a script relative to `root`, and its flags) once in `folder`; its figures as a dict."""
+def measure(argv, root, folder, start_env, cpu=None, cold=False, warmup_s=0.0, peer=False, burnin_steps=None):
+    """Run `argv` (a script relative to `root`, and its flags) once in `folder`; its figures as a dict. A `peer`
+    script is stamped through its tqdm loop, its warm-up ending at `burnin_steps` env steps."""
     folder.mkdir(parents=True)
     results, ticks = folder / "results.jsonl", folder / "ticks.csv"
-    cmd = [sys.executable, str(root / argv[0]), *argv[1:], "--results-file", str(results)]
+    cmd = [sys.executable, str(root / argv[0]), *argv[1:], *([] if peer else ["--results-file", str(results)])]
     env = dict(start_env, **{TICKS_FILE: str(ticks)})
+    if peer:  # LeanRL's scripts call wandb.init unless it is disabled
+        env.update({TICKS_FROM: "tqdm", "WANDB_MODE": "disabled"})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env["PYTHONPATH"]]))  # this side's leanrl first
     if cpu is not None:
         cmd, env["OMP_NUM_THREADS"] = ["taskset", "-c", str(cpu), *cmd], "1"
@@ -179,6 +267,8 @@ def measure(argv, root, folder, start_env, cpu=None, cold=False, warmup_s=0.0):
         code = subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     if cache:
         shutil.rmtree(cache, ignore_errors=True)
+    if peer:
+        return measure_peer(code, ticks, start, burnin_steps, warmup_s, log=str(folder / "log.txt"))
     line = json.loads(results.read_text().splitlines()[-1]) if results.exists() else {}
     record = dict(
         exit_code=code,
@@ -196,10 +286,31 @@ def measure(argv, root, folder, start_env, cpu=None, cold=False, warmup_s=0.0):
             return record
         figures = steady_state(rows, start, header["burnin"], warmup_s)
         record.update(source="ticks", ticks=str(ticks), burnin=header["burnin"], **(figures or {}))
+        record["burnin_steps"] = steps_burnin(rows, header["burnin"])
         if figures is None:
             record["status"] += ", but no iteration after the warm-up"
     elif line.get("sps"):
         record.update(source="results line", sps_wall=line["sps"])
+    return record
+
+
+def measure_peer(code, ticks, start, burnin_steps, warmup_s, log):
+    """The figures of a peer's run from its tqdm stamps: no results line, so its status is its exit code's."""
+    record = dict(exit_code=code, status="ok" if code == 0 else f"error: exit code {code}", device=None, log=log)
+    if not ticks.exists():
+        record["status"] += ", no progress loop stamped"
+        return record
+    header, rows = read_ticks(ticks)
+    record.update(source="tqdm", ticks=str(ticks), steps_per_item=header["steps_per_item"], burnin_steps=burnin_steps)
+    record["steps"] = rows[-1][0] if rows else 0
+    if burnin_steps is None:
+        record["status"] += ", but no burn-in to match: no run of our script with ticks in this round"
+        return record
+    record["burnin"] = peer_burnin(rows, burnin_steps)
+    figures = steady_state(rows, start, record["burnin"], warmup_s)
+    record.update(figures or {})
+    if figures is None:
+        record["status"] += ", but no iteration after the warm-up"
     return record
 
 
@@ -233,15 +344,22 @@ def iteration_times(runs):
     return f"{median} ({p10}–{p90})"
 
 
-def table(records, sides):
-    """One row per run and side; the sides after the first get their ratio to it, per round, for both speeds."""
-    labels = list(dict.fromkeys(r["label"] for r in records))
+def table(records, sides, ratios=None, absent=()):
+    """One row per run and side; each (side, base) of `ratios` (default: every side after the first, to the first)
+    gets the side's ratio to the base, per round, for both speeds, in the side's row. A (label, side) in `absent` is
+    a script that side lacks."""
+    ratios = [(s, sides[0]) for s in sides[1:]] if ratios is None else ratios
+    labels = list(dict.fromkeys([r["label"] for r in records] + [label for label, _ in absent]))
     head = "| run | side | rounds ok | steps/CPU-s | steps/s | warm-up s | CPU-s in warm-up | ms/iteration (p10–p90) |"
-    lines = [head + "".join(f" {s}/{sides[0]}, CPU-s | {s}/{sides[0]}, wall |" for s in sides[1:])]
-    lines.append("|---" * (8 + 2 * (len(sides) - 1)) + "|")
+    lines = [head + "".join(f" {s}/{b}, CPU-s | {s}/{b}, wall |" for s, b in ratios)]
+    lines.append("|---" * (8 + 2 * len(ratios)) + "|")
     for label in labels:
         by_side = {side: [r for r in records if r["label"] == label and r["side"] == side] for side in sides}
         for side in sides:
+            if (label, side) in absent:
+                no_script = [f"`{label}`", side, "no such script"] + ["—"] * 5 + [""] * (2 * len(ratios))
+                lines.append("| " + " | ".join(no_script) + " |")
+                continue
             runs = by_side[side]
             ok = ok_runs(runs)
             cells = [
@@ -254,11 +372,11 @@ def table(records, sides):
                 spread([r.get("warmup_cpu_s") for r in ok]),
                 iteration_times(ticked) if (ticked := [r for r in ok if "iter_s_median" in r]) else "—",
             ]
-            for other in sides[1:]:
+            for other, base_side in ratios:
                 for key in ("sps_cpu", "sps_wall"):  # paired by round: the two runs nearest in time
-                    base = {r["round"]: r.get(key) for r in ok_runs(by_side[sides[0]])}
-                    ratios = [r.get(key) / base[r["round"]] for r in ok if r.get(key) and base.get(r["round"])]
-                    cells.append(spread(ratios, ratio) if side == other else "")
+                    base = {r["round"]: r.get(key) for r in ok_runs(by_side[base_side])}
+                    paired = [r.get(key) / base[r["round"]] for r in ok if r.get(key) and base.get(r["round"])]
+                    cells.append(spread(paired, ratio) if side == other else "")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -296,6 +414,10 @@ def parse(argv, fail):
     parser.add_argument("--side", action="append", metavar="NAME=PATH",
                         help="a checkout to measure (repeatable; the first is the base of the ratios); "
                         "default: this one, named new")  # fmt: skip
+    parser.add_argument("--peer", metavar="DIR",
+                        help="LeanRL's scripts (DIR/leanrl/<script>.py, patched to run: see docs/cpu-speed.md), "
+                        "measured after ours in each round as the side named peer; the table adds the ratio of the "
+                        "last --side to it")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="runs of each script on each side (default 3)")
     parser.add_argument("--cpu", type=int, help="pin each run to this core (taskset -c); one torch thread")
     parser.add_argument("--cold", action="store_true", help="an empty inductor cache for each run")
@@ -335,20 +457,32 @@ def main(argv=None):
         sides[name] = Path(path).resolve()
         if not (sides[name] / "leanrl").is_dir():
             fail(f"--side {side}: {sides[name]} is not a leanrl checkout (no leanrl/ folder)")
+    ours = list(sides)
+    if args.peer is not None:
+        if PEER in sides or not (Path(args.peer) / "leanrl").is_dir():
+            fail(f"--peer {args.peer}: give a folder with leanrl/<script>.py, and no --side named {PEER}")
+        sides[PEER] = Path(args.peer).resolve()
     jobs = {}
     for run in args.run:
         words = shlex.split(run)
         if not words or "--results-file" in words:
             fail(f"--run {run!r}: give a script and its flags (the harness sets --results-file)")
-        for name, root in sides.items():
-            if not (root / words[0]).is_file():
-                fail(f"--run {run!r}: side {name} has no {root / words[0]}")
+        for name in ours:
+            if not (sides[name] / words[0]).is_file():
+                fail(f"--run {run!r}: side {name} has no {sides[name] / words[0]}")
         jobs[label_of(words)] = words
     if len(jobs) < len(args.run):  # two runs of one script and variant: name them by all their flags
         jobs = {" ".join(words): words for words in map(shlex.split, args.run)}
+    # the peer runs the same script with the same flags, less those it lacks; a script it lacks is left out
+    peer_jobs, absent, left_out = {}, set(), {}
+    for label, words in jobs.items() if args.peer is not None else ():
+        if (sides[PEER] / words[0]).is_file():
+            peer_jobs[label], left_out[label] = peer_argv(words, sides[PEER] / words[0])
+        else:
+            absent.add((label, PEER))
 
     session = datetime.now(UTC)
-    commits = {name: commit_of(root) for name, root in sides.items()}
+    commits = {name: commit_of(root) for name, root in sides.items() if name != PEER}
     machine = dict(
         cpu=bk.cpu_name(),
         cpu_count=os.cpu_count(),
@@ -360,15 +494,19 @@ def main(argv=None):
     hook = Path(tempfile.mkdtemp(prefix="steady-hook-"))
     start_env = recording_env(hook)
     runs_dir = args.out / "steady_runs" / session.strftime("%Y%m%d-%H%M%S")
-    order = schedule(list(jobs), list(sides), args.rounds)
+    order = schedule(list(jobs), list(sides), args.rounds, absent)
     records = []
     for n, (r, label, side) in enumerate(order, 1):
         folder = runs_dir / re.sub(r"[^\w.-]+", "_", f"{n:03d}_{side}_{label}")
-        record = measure(jobs[label], sides[side], folder, start_env, args.cpu, args.cold, args.warmup_s)
-        commit, dirty = commits[side]
+        words, peer = (peer_jobs[label], dict(peer=True)) if side == PEER else (jobs[label], {})
+        if peer:  # its warm-up ends where our script's (the last side's, this round) ended its burn-in
+            ran = [x for x in ok_runs(records) if (x["round"], x["label"], x["side"]) == (r, label, ours[-1])]
+            peer["burnin_steps"] = ran[0].get("burnin_steps") if ran else None
+        record = measure(words, sides[side], folder, start_env, args.cpu, args.cold, args.warmup_s, **peer)
+        commit, dirty = commits.get(side, (None, None))
         record = dict(
             machine, session=session.isoformat(timespec="seconds"), round=r, label=label, side=side,
-            root=str(sides[side]), commit=commit, uncommitted_changes=dirty, argv=jobs[label], cold=args.cold,
+            root=str(sides[side]), commit=commit, uncommitted_changes=dirty, argv=words, cold=args.cold,
             warmup_floor_s=args.warmup_s, **record,
         )  # fmt: skip
         records.append(record)
@@ -382,21 +520,39 @@ def main(argv=None):
 
     # each side by its commit, not its folder: the table is committed, a local path means nothing elsewhere
     named = ", ".join(f"{name} = {(c or 'no git')[:12]}{' + uncommitted changes' if d else ''}"
-                      for name, (c, d) in zip(sides, commits.values()))  # fmt: skip
+                      for name, (c, d) in commits.items())  # fmt: skip
+    if args.peer is not None:  # not its folder, a local path: where it comes from is in the docs
+        named += f", {PEER} = {PEER_STAMP}"
+    ratios = [(s, ours[0]) for s in ours[1:]] + ([(ours[-1], PEER)] if args.peer is not None else [])
+    by = args.command or shlex.join(["python3", "benchmarks/steady.py", *(argv or sys.argv[1:])])
+    if args.peer is not None:  # the peer's folder is a local path too, as typed, shlex- or bash-quoted (run.sh)
+        quoted = {shlex.quote(args.peer), re.sub(r"([^\w@%+=:,./-])", r"\\\1", args.peer)}
+        for typed in sorted(quoted, key=len, reverse=True):
+            by = by.replace(typed, PEER_FOLDER)
     pin = f"pinned to core {args.cpu}" if args.cpu is not None else "not pinned"
     devices = ", ".join(sorted({r["device"] for r in records if r["device"]})) or "no device reported"
     text = (
         f"Measured on {devices}; CPU {machine['cpu']} ({machine['cpu_count']} cores, {pin}, load average "
         f"{machine['load_avg']:.2f} at start); torch {machine['torch']}; {session:%Y-%m-%d %H:%M} UTC; "
         f"{'an empty compile cache for each run' if args.cold else 'the compile cache as it was'}; "
-        f"{args.rounds} interleaved round(s); by "
-        f"`{args.command or shlex.join(['python3', 'benchmarks/steady.py', *(argv or sys.argv[1:])])}`.\n"
+        f"{args.rounds} interleaved round(s); by `{by}`.\n"
         f"Sides: {named}.\n\n"
         "Steady state: after the script's burn-in"
         + (f" and at least {args.warmup_s:g} s" if args.warmup_s else "")
         + "; medians over the rounds (min–max); warm-up: process start to the end of the burn-in; "
-        "ratios paired by round.\n\n" + table(records, list(sides)) + "\n"
+        "ratios paired by round."
+        + (
+            f" The {PEER}'s runs are timed by their progress loop (no results line) from the env step where ours "
+            "ended its burn-in in the same round."
+            if args.peer is not None
+            else ""
+        )
+        + "\n\n"
+        + table(records, list(sides), ratios, absent)
+        + "\n"
     )
+    text += "".join(f"\nFlags the {PEER} lacks, left out of its `{label}` runs: {' '.join(flags)}"
+                    for label, flags in left_out.items() if flags)  # fmt: skip
     failed = [r for r in records if r not in ok_runs(records)]
     text += "".join(f"\nFailed: round {r['round']} {r['side']} `{r['label']}`: {r['status']}, see {r['log']}"
                     for r in failed)  # fmt: skip

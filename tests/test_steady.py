@@ -3,6 +3,7 @@ the tick recorder and the results-line fallback on stand-in checkouts, bad input
 
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT, load_script
@@ -97,6 +98,33 @@ with open(sys.argv[sys.argv.index("--results-file") + 1], "w") as f:
 """
 
 
+PEER_ARGS = """
+import dataclasses
+
+
+@dataclasses.dataclass
+class Args:
+    total_timesteps: int = 500000
+    \"\"\"the budget\"\"\"
+    cuda: bool = True
+    compile: bool = False
+"""
+PEER_SCRIPT = """
+import os, sys, time
+from types import SimpleNamespace
+
+import tqdm
+
+assert os.environ["WANDB_MODE"] == "disabled", "wandb.init would need a login"
+assert sys.argv[1:] == ["--total-timesteps", "50"], sys.argv  # no --results-file, no flag its Args lacks
+args = SimpleNamespace(num_envs=2, num_steps=5)
+for iteration in tqdm.tqdm(range(1, 6)):
+    time.sleep(0.02)
+for episode in tqdm.tqdm(range(100)):  # an evaluation loop after training: not stamped
+    pass
+"""
+
+
 def side(tmp_path, name, ticks):
     """A stand-in checkout whose leanrl/fake.py writes a results line; with `ticks` it first ticks its bookkeeping's
     Run 5 times, 10 steps each, 20 ms apart (burn-in: 2 ticks)."""
@@ -120,6 +148,36 @@ def test_the_recorder_wraps_run_tick_and_a_side_without_ticks_falls_back_to_the_
     assert record["source"] == "results line" and record["sps_wall"] == 480.0 and "sps_cpu" not in record
 
 
+def test_the_peers_stamps_count_env_steps_and_its_warm_up_ends_at_the_step_ours_ended_its_burn_in():
+    # a PPO item is a whole rollout of num_envs * num_steps env steps; an off-policy item one step of its envs
+    assert steady.steps_per_item(SimpleNamespace(num_envs=8, num_steps=128, batch_size=1024)) == 1024
+    assert steady.steps_per_item(SimpleNamespace(num_envs=1, batch_size=256, learning_starts=10)) == 1
+    assert steady.steps_per_item(None) == 1  # no module-level args: one step an item
+    # ours: 3 ticks of burn-in, 250 env steps a tick: it ended at step 750
+    ours = [(250 * k, float(k), k / 2) for k in range(1, 9)]
+    assert steady.steps_burnin(ours, 3) == 750 and steady.steps_burnin(ours, 0) == 250
+    assert steady.steps_burnin(ours, 9) is None
+    # the peer, stamped every 100 steps from t=2, 0.1 s apart: its warm-up ends at the first stamp at or past 750
+    peer = [(100 * n, 2.0 + 0.1 * n, 1.0 + 0.05 * n) for n in range(1, 21)]
+    burnin = steady.peer_burnin(peer, 750)
+    assert burnin == 8 and peer[burnin - 1][0] == 800 and steady.peer_burnin(peer, 800) == 8
+    figures = steady.steady_state(peer, start=0.0, burnin=burnin)
+    assert figures["steady_steps"] == 1200 and figures["steady_iterations"] == 12
+    assert figures["sps_wall"] == pytest.approx(1000.0) and figures["sps_cpu"] == pytest.approx(2000.0)
+    assert figures["warmup_s"] == pytest.approx(2.8) and figures["iter_s_median"] == pytest.approx(0.1)
+    assert steady.peer_burnin(peer, 2001) == 21 and steady.steady_state(peer, 0.0, 21) is None  # never got there
+
+
+def test_the_peer_runs_our_flags_less_those_its_args_lack(tmp_path):
+    script = tmp_path / "dqn.py"
+    script.write_text(PEER_ARGS)
+    words = ["leanrl/dqn.py", "--total-timesteps", "30000", "--results-file=x", "--measure-burnin", "5", "--no-cuda"]
+    words += ["--buffer-size", "1", "2", "--compile"]
+    kept, left_out = steady.peer_argv(words, script)
+    assert kept == ["leanrl/dqn.py", "--total-timesteps", "30000", "--no-cuda", "--compile"]
+    assert left_out == ["--results-file=x", "--measure-burnin", "--buffer-size"]
+
+
 @pytest.mark.parametrize(
     "flags,message",
     [
@@ -129,6 +187,7 @@ def test_the_recorder_wraps_run_tick_and_a_side_without_ticks_falls_back_to_the_
         (["--cpu", "4096"], "--cpu 4096: not a core"),
         (["--run", "leanrl/nope.py"], "side new has no"),
         (["--rounds", "x"], "invalid int value"),
+        (["--peer", "/nonexistent"], "give a folder with leanrl/<script>.py"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_code_2(flags, message, tmp_path, capsys):
@@ -172,3 +231,38 @@ def test_a_real_dqn_run_on_two_sides_reports_the_speed_its_results_line_does(tmp
         and "new = " in table
         and f"= {ROOT}" not in table  # sides named by commit: no local path in a table meant to be committed
     )
+
+
+def test_a_peer_side_is_timed_by_its_progress_loop_from_the_step_where_ours_ended_its_burn_in(tmp_path, capsys):
+    """Ours: the stand-in checkout (5 ticks of 10 steps, burn-in 2 ticks: 20 steps); the peer: a folder of scripts
+    with no bookkeeping and no results line, its one script iterating a tqdm loop of 5 items of 2 x 5 env steps."""
+    ours = side(tmp_path, "new", True)
+    (ours / "leanrl" / "other.py").write_text((ours / "leanrl" / "fake.py").read_text())  # a pair the peer lacks
+    peer = tmp_path / "peer"
+    (peer / "leanrl").mkdir(parents=True)
+    (peer / "leanrl" / "fake.py").write_text(PEER_ARGS + PEER_SCRIPT)
+    out = tmp_path / "out"
+    flags = ["--side", f"new={ours}", "--peer", str(peer), "--rounds", "1", "--out", str(out)]
+    runs = ["--run", "leanrl/fake.py --total-timesteps 50 --only-ours 3", "--run", "leanrl/other.py"]
+    assert steady.main([*runs, *flags]) == 0
+    records = [json.loads(line) for line in (out / "steady.jsonl").read_text().splitlines()]
+    assert [(r["label"], r["side"], r["status"]) for r in records] == [
+        ("fake.py", "new", "ok"),
+        ("fake.py", "peer", "ok"),
+        ("other.py", "new", "ok"),
+    ]
+    new, stamped = records[0], records[1]
+    assert new["burnin_steps"] == 20 and stamped["burnin_steps"] == 20 and stamped["source"] == "tqdm"
+    assert stamped["argv"] == ["leanrl/fake.py", "--total-timesteps", "50"] and stamped["steps_per_item"] == 10
+    # its burn-in ends at its second item (20 steps), then 3 steady items of 10 steps, 20 ms each
+    assert stamped["burnin"] == 2 and stamped["steady_iterations"] == 3 and stamped["steady_steps"] == 30
+    assert stamped["steps"] == 50 and 0.015 < stamped["iter_s_median"] < 0.2 and stamped["sps_cpu"]
+    table = (out / "steady.md").read_text()
+    assert table == capsys.readouterr().out
+    assert "| new/peer, CPU-s | new/peer, wall |" in table and "| `fake.py` | peer | 1/1 |" in table
+    assert "| `other.py` | peer | no such script |" in table
+    assert f"peer = {steady.PEER_STAMP}" in table and str(peer) not in table  # no local path
+    assert "`python3 benchmarks/steady.py --run" in table and f"--peer {steady.PEER_FOLDER}" in table
+    assert "Flags the peer lacks, left out of its `fake.py` runs: --only-ours" in table
+    (row,) = [line for line in table.splitlines() if line.startswith("| `fake.py` | new |")]
+    assert row.split(" | ")[8].endswith("x") and row.split(" | ")[9].endswith("x |")  # the ratio ours/peer
