@@ -3,16 +3,18 @@
 #   ./run.sh                 speed at full budgets, seeds 1 2 3; adds the --cudagraphs variants where CUDA exists
 #   ./run.sh --quick         speed at short CPU-friendly budgets, seed 1
 #   ./run.sh --learning      returns at full budget: each pair's eager script and its fastest twin (--compile, and
-#                            --cudagraphs where CUDA exists), seeds 1 2 3, into runs/learning (budgets below)
+#                            --cudagraphs where CUDA exists), seeds 1 2 3 (budgets below)
 #   ./run.sh --steady        steady-state speed with benchmarks/steady.py: each pair's eager script and twin --compile
-#                            at the --quick budgets, pinned to one core, cold compile caches, 3 rounds, into runs/steady
+#                            at the --quick budgets, pinned to one core, cold compile caches, 3 rounds
 #                            (steady.md: steps per CPU-second, warm-up = compile time); --base DIR runs a checkout of
 #                            an older commit (a git worktree) in turn with this one and adds the ratios; --peer DIR
 #                            runs LeanRL's scripts (DIR/leanrl/<script>.py, patched to run on today's libraries: see
 #                            docs/cpu-speed.md) as one more side at the same budgets and adds the ratio ours/peer
 #                            (LeanRL has no dqn_atari_envpool or r2d2_atari_envpool: those rows are ours alone)
 # Options: --only PAIR   --seeds "1 2"   --timesteps N (replaces every run's --total-timesteps)
-#          --extra "FLAGS" (added to every run)   --results-dir DIR (default runs, --learning: runs/learning)
+#          --extra "FLAGS" (added to every run)   --results-dir DIR (default: a new folder for each invocation,
+#          runs/speed-<UTC time>, runs/learning-..., runs/steady-...: its tables hold exactly this command's runs;
+#          a DIR you name collects every invocation you point at it, listed in DIR/command.txt)
 #          --no-plot   --publish   --rounds K (--steady)   --base DIR, --peer DIR (--steady; relative paths from
 #          this clone)
 # Pairs: ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action
@@ -41,7 +43,7 @@ die() { echo "run.sh: error: $*" >&2; exit 2; }
 
 command="./run.sh"  # as typed, quoted where needed: the tables name the command that measured them
 for arg in "$@"; do command+=" $(printf '%q' "$arg")"; done
-mode=speed quick=0 seeds="" only="" timesteps="" extra="" dir="" plot=1 publish=0 steady=0 rounds="" base="" peer=""
+mode=speed quick=0 seeds="" only="" timesteps="" extra="" dir="" dir_given="" plot=1 publish=0 steady=0 rounds="" base="" peer=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seeds | --only | --timesteps | --extra | --results-dir | --rounds | --base | --peer)
@@ -58,7 +60,7 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift ;;
     --timesteps) timesteps=$2; shift ;;
     --extra) extra=$2; shift ;;
-    --results-dir) dir=$2; shift ;;
+    --results-dir) dir=$2; dir_given=1; shift ;;
     --no-plot) plot=0 ;;
     --publish) publish=1 ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -82,8 +84,14 @@ fi
 [ -z "$timesteps" ] || [[ "$timesteps" =~ ^[1-9][0-9]*$ ]] || die "--timesteps must be a positive integer, got '$timesteps'"
 for seed in $seeds; do [[ "$seed" =~ ^[0-9]+$ ]] || die "--seeds takes integers, got '$seed'"; done
 [ -n "$seeds" ] || { [ "$quick" = 1 ] && seeds="1" || seeds="1 2 3"; }
-[ "$steady" = 0 ] || { quick=1; [ -n "$dir" ] || dir=runs/steady; }
-[ -n "$dir" ] || { [ "$mode" = learning ] && dir=runs/learning || dir=runs; }
+# A table holds exactly the runs of the command that made it: by default each invocation gets a new folder (a script
+# run by hand appends to runs/results.jsonl, which no table reads); a --results-dir you name collects every
+# invocation you point at it, and command.txt there lists them
+stamp=$(date -u +%Y%m%d-%H%M%S)
+[ "$steady" = 0 ] || { quick=1; [ -n "$dir" ] || dir=runs/steady-$stamp; }
+[ -n "$dir" ] || { [ "$mode" = learning ] && dir=runs/learning-$stamp || dir=runs/speed-$stamp; }
+n=2
+while [ -z "$dir_given" ] && [ -e "$dir" ]; do dir="${dir%-[0-9]}-$n"; n=$((n + 1)); done  # two in one second
 
 py=${PYTHON:-python3}
 # the scripts import the leanrl package: a clone that skipped `pip install -e .` runs too

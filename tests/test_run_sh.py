@@ -101,6 +101,14 @@ def fingerprint(root):
     return status, {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
 
 
+# a results line as a script writes it (the fields plot.py reads)
+STRAY = dict(
+    script="dqn.py", env_id="CartPole-v1", seed=1, compile=False, cudagraphs=False, device="cpu", cpu="CPU",
+    cpu_count=2, torch="2.13.0", run_name="x", mode="train", total_timesteps=600, steps=600, sps=100.0, wall_s=6.0,
+    mean_return=20.0, episodes=10, status="ok", losses={}, message=None,
+)  # fmt: skip
+
+
 @pytest.fixture
 def checkout(tmp_path):
     """A copy of this checkout (its .git, tracked and untracked files, none that git ignores): run.sh runs there, so
@@ -119,14 +127,20 @@ def checkout(tmp_path):
 
 def test_a_run_writes_its_tables_and_plots_into_its_results_dir_and_leaves_the_repository_alone(checkout, tmp_path):
     """The eager DQN, its twin and the twin --compile for 600 steps, then --learning's eager and twin --compile
-    (40 s in all on an idle 2-core CPU, 2 min beside other jobs; most of it compiling)."""
-    out = tmp_path / "results"
+    (40 s in all on an idle 2-core CPU, 2 min beside other jobs; most of it compiling). The first goes into the
+    new folder run.sh makes by default: a script run by hand earlier (its line in runs/results.jsonl, where the
+    scripts write by default) stays out of its tables."""
     before = fingerprint(checkout)
+    stray = dict(STRAY, script="ppo_continuous_action.py", env_id="HalfCheetah-v4", status="interrupted")
+    (checkout / "runs").mkdir()
+    (checkout / "runs" / "results.jsonl").write_text(json.dumps(stray) + "\n")
     tiny = ["--only", "dqn", "--timesteps", "600", "--seeds", "1"]
     extra = ["--extra", "--learning-starts 100 --measure-burnin 10"]  # DQN's learning starts at 10k by default
-    proc = run_sh(*tiny, *extra, "--results-dir", str(out), timeout=600, root=checkout)
+    proc = run_sh(*tiny, *extra, timeout=600, root=checkout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert fingerprint(checkout) == before, "run.sh without --publish changed the repository"
+    (out,) = [path for path in (checkout / "runs").iterdir() if path.is_dir()]
+    assert re.fullmatch(r"speed-\d{8}-\d{6}", out.name), out.name
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [(line["script"], line["compile"], line["status"]) for line in lines] == [
         ("dqn.py", False, "ok"),
@@ -140,6 +154,7 @@ def test_a_run_writes_its_tables_and_plots_into_its_results_dir_and_leaves_the_r
     for name in pngs:  # the table links its charts beside it
         assert f"]({name})" in speed and (out / name).stat().st_size > 10_000
     assert "`dqn`" in speed and "./run.sh --only dqn --timesteps 600 --seeds 1 --extra --learning-starts\\ 100" in speed
+    assert "ppo_continuous" not in speed and "interrupted" not in speed  # the stray line stayed out
 
     # --learning: the eager script and the fastest twin, and the returns table beside CleanRL's
     out = tmp_path / "learning"
