@@ -5,8 +5,11 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -116,6 +119,76 @@ def assert_summary_matches(stdout, line, results_file):
         run_dir = Path(summary["run_dir"])
         assert run_dir.name == line["run_name"] and run_dir.is_dir(), summary
     return summary
+
+
+# ---------------------------------------------------------------- runs stopped by a signal (Ctrl-C, SIGTERM)
+
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal: the shell's code of a job it stopped
+# a scheduler's grace period between its SIGTERM and its SIGKILL (Slurm's KillWait and Kubernetes'
+# terminationGracePeriodSeconds are 30 s by default): a stopped run has written everything and exited within it
+GRACE = 30
+
+
+def default_stop_signals():
+    """In the child, before its program starts: SIGINT and SIGTERM at their default actions, as in a job in a terminal's
+    foreground. An ignored signal is inherited: a shell without job control starts a `&` job with SIGINT ignored, and
+    pytest started that way passed it on to the run it started, which never saw the test's SIGINT (a run keeps an
+    ignored SIGINT ignored, as Python does) and trained on past the test's deadline."""
+    for signum in EXIT_CODES:
+        signal.signal(signum, signal.SIG_DFL)
+
+
+@contextmanager
+def started_runs(cmds, tmp_path, rows=1, timeout=120):
+    """Start each (command, environment) (a run, or each rank of one) on CPU in tmp_path, output captured, and wait
+    until a return curve under tmp_path has more than `rows` rows: the run is in its loop, episodes have ended. Yields
+    the processes; on the way out, kills what is still running."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    procs = []
+    try:
+        for cmd, more_env in cmds:
+            procs.append(
+                subprocess.Popen(
+                    cmd, env={**env, **more_env}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True, preexec_fn=default_stop_signals,
+                )
+            )  # fmt: skip
+        deadline = time.time() + timeout
+        while not any(len(f.read_text().splitlines()) > rows for f in Path(tmp_path).glob("*/returns.csv")):
+            ended = [p.args for p in procs if p.poll() is not None]
+            assert not ended and time.time() < deadline, f"ended or saw no episode: {ended}"
+            time.sleep(0.2)
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+def stop(procs, sig, signalled=None, timeout=120):
+    """Send `sig` to the processes `signalled` (all of them by default), wait for every one to end.
+
+    Returns the (stdout, stderr) of each and the seconds from the signal to the last exit."""
+    sent = time.time()
+    for proc in procs if signalled is None else signalled:
+        proc.send_signal(sig)
+    outputs = [proc.communicate(timeout=max(1.0, sent + timeout - time.time())) for proc in procs]
+    return outputs, time.time() - sent
+
+
+def assert_stopped_run(stdout, stderr, results_file, sig, script):
+    """What a run stopped by `sig` reports: no traceback, one strict JSON results line, status interrupted and the
+    signal in its message, the summary line pointing at it, and a return curve with a row per episode. Returns it."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    [line] = [strict_json(text) for text in Path(results_file).read_text().splitlines()]
+    assert line["script"] == f"{script}.py" and line["status"] == "interrupted", line
+    by = "the user" if sig == signal.SIGINT else "SIGTERM"
+    assert line["message"] == f"interrupted by {by}" and 0 < line["steps"] < line["total_timesteps"], line
+    assert_summary_matches(stdout, line, results_file)
+    rows = (Path(results_file).parent / line["run_name"] / "returns.csv").read_text().splitlines()
+    assert rows[0] == "step,wall_s,return" and len(rows) - 1 == line["episodes"] > 0, rows
+    return line
 
 
 def assert_finite_results_line(line, script):

@@ -8,6 +8,8 @@ import importlib
 import json
 import math
 import re
+import signal
+import sys
 import types
 from functools import partial
 from pathlib import Path
@@ -18,13 +20,17 @@ import pytest
 import torch
 import tyro
 from conftest import (
+    GRACE,
     ROOT,
     args_from_flags,
     assert_finite_results_line,
     assert_main_exits_2_with_one_line,
+    assert_stopped_run,
     assert_summary_matches,
     load_script,
     run_script,
+    started_runs,
+    stop,
 )
 from gpu_standin import CONTRACTS, host_reads, run_main
 from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
@@ -707,32 +713,16 @@ def test_a_real_divergence_is_reported_in_strict_json(name, tmp_path):
 
 
 def test_interrupted_run_writes_its_line_and_summary(tmp_path):
-    """Ctrl-C (SIGINT) once an episode has ended: exit 130, no traceback, status interrupted in a strict JSON line,
-    and the summary line that points at it."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from conftest import ROOT, strict_json
-
+    """Ctrl-C (SIGINT) once episodes have ended: the run exits 130 within seconds, with no traceback, leaving its
+    results line (status interrupted, strict JSON), the summary line that points at it and its return curve."""
     results = tmp_path / "results.jsonl"
     cmd = [sys.executable, str(ROOT / "leanrl" / f"{EAGER}.py"), "--no-cuda", "--results-file", str(results)]
     cmd += ["--env-id", "InvertedPendulum-v4", *TINY[:6], "--total-timesteps", "1000000"]
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    deadline = time.time() + 120
-    while not any(len(f.read_text().splitlines()) > 2 for f in tmp_path.glob("*/returns.csv")):
-        assert proc.poll() is None and time.time() < deadline, "the run ended or saw no episode"
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "Traceback" not in stderr
-    [line] = [strict_json(text) for text in results.read_text().splitlines()]
-    assert line["status"] == "interrupted" and line["episodes"] >= 2 and 0 < line["steps"] < 1000000
-    assert_summary_matches(stdout, line, results)
+    with started_runs([(cmd, {})], tmp_path, rows=2) as procs:
+        [(stdout, stderr)], seconds = stop(procs, signal.SIGINT)
+    assert procs[0].returncode == 130, stderr[-3000:]
+    assert seconds < GRACE, seconds
+    assert_stopped_run(stdout, stderr, results, signal.SIGINT, EAGER)
 
 
 def test_eager_is_deterministic_over_episodes(tmp_path):
