@@ -2,8 +2,8 @@
 
 What is here: flag and env-family checks (one clear line, exit code 2), the results line (strict JSON with the
 hardware it ran on), the return curve `returns.csv`, the steps/s meter, the progress bar, the end-of-run summary line,
-divergence/interrupt/error handling, atomic checkpoints, the episode loop of `--eval-checkpoint` and what
-`--capture-video` needs.
+divergence/interrupt/error handling (Ctrl-C and a scheduler's SIGTERM alike), atomic checkpoints, the episode loop of
+`--eval-checkpoint` and what `--capture-video` needs.
 """
 
 import importlib.util
@@ -11,8 +11,10 @@ import json
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -284,8 +286,19 @@ class Run:
             losses = run.check_finite(global_step, losses)  # stops a diverged run
             run.report(global_step, {"losses/value_loss": ...})  # progress bar, and wandb with --track
 
-    Leaving the `with` block writes the results line (also when the run fails) and prints the summary line; a
-    diverged run then exits 1, an interrupted one 130, and an error is raised on.
+    Leaving the `with` block calls `run.save` if the script set one (--save-model: it writes the checkpoint to
+    `run.model_path`) when the run ended well or was interrupted, then writes the results line (also when the run
+    fails) and prints the summary line; a diverged run then exits 1, an interrupted one 130 (143 when SIGTERM stopped
+    it), and an error is raised on.
+
+    Stop signals: inside the `with` block, Ctrl-C (SIGINT) and SIGTERM (how Slurm, Kubernetes and cloud schedulers stop
+    a job, SIGKILL following a grace period later) both raise KeyboardInterrupt in the main thread, where Python runs
+    the handler: after the native call under way (an env step, a torch op) returns. The run ends "interrupted", with
+    its curve, checkpoint and results line; a signal that comes while the run is ending (a scheduler's second SIGTERM,
+    torchrun forwarding the one its ranks got) is not raised there, so it cannot cut them short. A signal the process
+    was started ignoring (a job that a shell without job control started with `&` ignores SIGINT) stays ignored.
+    deferred_stop=True: a signal only sets `run.stop_signal`; the script stops where it chooses with run.stop_for()
+    (the ranks of a distributed run agree on the iteration to stop at).
 
     Steps/s: `burnin` ticks are left out; the speed is measured from the tick that ends the burn-in to the last
     tick (from the start when the run ends inside its burn-in; none before the first tick).
@@ -297,7 +310,7 @@ class Run:
     `eval_videos/` beside the checkpoint); else None. What filming needs is checked first (check_video).
     """
 
-    def __init__(self, script, args, device, burnin=None, mode="train", record=True, **fields):
+    def __init__(self, script, args, device, burnin=None, mode="train", record=True, deferred_stop=False, **fields):
         if getattr(args, "capture_video", False):
             check_video(script, args.env_id)  # before the run folder and the results line: bad input leaves neither
         self.script, self.args, self.mode, self.record = Path(script).name, args, mode, record
@@ -306,6 +319,7 @@ class Run:
         self.returns, self.losses, self.steps, self.ticks = [], {}, 0, 0
         self.mark = self.last = (self.start_time, 0)
         self.status, self.message = "ok", None
+        self.save, self.stop_signal, self.deferred_stop, self.handlers = None, None, deferred_stop, {}
         if mode == "eval":  # an evaluation reports the folder of the checkpoint it plays, and writes its curve there
             self.dir = Path(args.eval_checkpoint).parent
             self.name, curve = self.dir.name, self.dir / "eval_returns.csv"
@@ -321,6 +335,7 @@ class Run:
                 except FileExistsError:
                     self.name = f"{name}-{n}"
             curve = self.dir / "returns.csv"
+        self.model_path = self.dir / f"{args.exp_name}.pt"  # where --save-model writes the checkpoint
         videos = self.dir / ("eval_videos" if mode == "eval" else "videos")
         self.videos = videos if getattr(args, "capture_video", False) else None
         self.fields = dict(
@@ -368,6 +383,8 @@ class Run:
 
     def tick(self, step):
         """One iteration done: `step` env steps so far."""
+        if self.stop_signal and not self.deferred_stop:  # the signal's KeyboardInterrupt was swallowed on its way up
+            self.stop_for(self.stop_signal)  # (raised in a __del__ or a callback from C, it is only printed)
         self.steps, self.ticks = step, self.ticks + 1
         self.last = (time.time(), step)
         if self.ticks == self.burnin:
@@ -422,17 +439,55 @@ class Run:
                     self.episode(self.steps, episodic_return)
         envs.close()
 
+    def stop(self, signum, frame):
+        """The handler of SIGINT and SIGTERM while the run is on: stop it, unless it is already ending."""
+        self.stop_signal = self.stop_signal or signum
+        if self.deferred_stop:
+            return
+        while frame is not None:  # where the signal is handled, and its callers
+            if frame.f_code is Run.__exit__.__code__:
+                return  # the run is ending: its checkpoint and results line are being written
+            frame = frame.f_back
+        self.stop_for(signum)
+
+    def stop_for(self, signum):
+        """Stop the run as the signal `signum` does (none if 0): a KeyboardInterrupt, here."""
+        if signum:
+            self.stop_signal = signum
+            raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
     def __enter__(self):
+        if threading.current_thread() is threading.main_thread():  # the only thread where Python runs handlers
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self.handlers[signum] = signal.signal(signum, self.stop)
         return self
 
     def __exit__(self, kind, err, traceback):
-        if kind is KeyboardInterrupt:
-            self.status, self.message = "interrupted", "interrupted by the user"
+        try:
+            return self.end(kind, err)
+        finally:
+            for signum, handler in self.handlers.items():
+                signal.signal(signum, handler)
+
+    def end(self, kind, err):
+        """The run's end (__exit__): the checkpoint, the curve closed, the results line, the summary, the exit code."""
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            self.stop_signal = self.stop_signal or signal.SIGINT  # a KeyboardInterrupt raised without a signal
+            by = "the user" if self.stop_signal == signal.SIGINT else signal.Signals(self.stop_signal).name
+            self.status, self.message = "interrupted", f"interrupted by {by}"
         elif kind is not None and issubclass(kind, Diverged):
             self.status, self.message = "diverged", str(err)
             print(f"{self.script}: {self.message}", file=sys.stderr)
         elif kind is not None:
             self.status, self.message = "error", f"{kind.__name__}: {err}"
+        save_error = None
+        if self.save is not None and self.status in ("ok", "interrupted"):
+            try:
+                self.save()
+            except Exception as error:  # reported in the results line, then raised on
+                self.status, self.message = "error", f"saving the model: {type(error).__name__}: {error}"
+                save_error = error
         self.curve.close()
         if self.pbar is not None:
             self.pbar.close()
@@ -457,8 +512,10 @@ class Run:
             print(self.summary(line), flush=True)
         if self.wandb:
             self.wandb.finish()
+        if save_error is not None:
+            raise save_error
         if self.status == "interrupted":
-            sys.exit(130)
+            sys.exit(128 + self.stop_signal)  # the shell's code of a process the signal ended: 130, 143
         if self.status == "diverged":
             sys.exit(1)
         return False  # an error goes on up, with its traceback

@@ -293,6 +293,8 @@ def main(args):
         run.fields["buffer_bytes"] = sum(t.nbytes for t in store.values())
         running, zeros = np.zeros((args.num_envs, 2)), np.zeros(args.num_envs)  # per env: the game's score, steps
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
         global_step, out = 0, None
         obs, _ = envs.reset()
@@ -341,8 +343,6 @@ def main(args):
 
         run.check_finite(global_step, dict(zip(("td_loss", "q_values"), out)))  # check_args leaves a training step
         envs.close()
-        if args.save_model:
-            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=q_network.state_dict())
 
 
 if __name__ == "__main__":

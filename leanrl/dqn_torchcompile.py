@@ -324,6 +324,8 @@ def main(args):
             target_fn()
         epsilon_t = torch.ones((), device=device)
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
         global_step, stats = 0, None
         obs, _ = envs.reset(seed=args.seed)
@@ -378,8 +380,6 @@ def main(args):
                 run.report(global_step, {f"losses/{k}": v for k, v in run.losses.items()})  # CleanRL's keys
 
         envs.close()
-        if args.save_model:
-            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=q_network.state_dict())
 
 
 if __name__ == "__main__":

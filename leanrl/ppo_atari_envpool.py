@@ -299,6 +299,8 @@ def main(args):
             max_grad_norm=args.max_grad_norm,
         )
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, model=agent.state_dict())
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         running_returns = np.zeros(args.num_envs)  # each env's score in its current game
@@ -378,8 +380,6 @@ def main(args):
             logs |= {f"losses/{name}": losses[name] for name in ("entropy", "old_approx_kl", "approx_kl", "clipfrac")}
             run.report(global_step, {**logs, "losses/explained_variance": explained_var})
         envs.close()
-        if args.save_model:
-            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=agent.state_dict())
 
 
 if __name__ == "__main__":

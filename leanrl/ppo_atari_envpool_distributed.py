@@ -12,7 +12,6 @@ Without torchrun it runs as one process: the twin.
 import io
 import os
 import random
-import signal  # trick: torchrun stops the other ranks with SIGTERM when one fails
 import sys
 from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass
@@ -330,13 +329,6 @@ def update(
 LOSSES = ("loss", "policy", "value", "entropy", "old_approx_kl", "approx_kl", "clipfrac")  # the update's, clipfrac last
 
 
-def stopped(signum, frame):
-    """torchrun sends SIGTERM to the other ranks when one fails: end as an error, so they write their results lines."""
-    # trick: a rank stopped from outside still reports; a second signal ends it for good
-    signal.signal(signum, signal.SIG_DFL)
-    raise RuntimeError(f"stopped by {signal.Signals(signum).name}: torchrun stops every rank when one fails")
-
-
 @contextmanager
 def process_group(args, world_size, run):
     """The run joins the other ranks; a collective waits --dist-timeout at most, then raises, so none waits forever.
@@ -344,14 +336,12 @@ def process_group(args, world_size, run):
     A rank that ends in an error writes its results line, whatever its rank: rank 0 may be the one that died."""
     # trick: join the other ranks for the whole run, leave cleanly at its end
     if world_size > 1:
-        signal.signal(signal.SIGTERM, stopped)
         if args.backend == "nccl":  # trick: NCCL's watchdog aborts a timed-out collective and lets the rank raise
             os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # (PyTorch's default tears it down)
         dist.init_process_group(args.backend, timeout=timedelta(seconds=args.dist_timeout))
     try:
         yield
     except BaseException as err:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # trick: a late SIGTERM must not cut the results line short
         # trick: every rank diverges or is interrupted alike (rank 0 reports it); an error may be this rank's alone
         run.record = run.record or not isinstance(err, KeyboardInterrupt | bk.Diverged)
         raise
@@ -449,8 +439,11 @@ def main(args):
         return evaluate(args, device)
 
     # trick: rank 0 alone records the run (folder, curve of its own envs' games, progress bar, wandb, results line
-    # with the steps of all ranks, summary); the run joins the other ranks
-    run_here = bk.Run(__file__, args, device, record=rank == 0, world_size=world_size, rank=rank)
+    # with the steps of all ranks, summary); the run joins the other ranks. A stop signal (Ctrl-C, SIGTERM) only marks
+    # the run: the ranks agree on where to stop (at the end of an iteration)
+    run_here = bk.Run(
+        __file__, args, device, record=rank == 0, deferred_stop=world_size > 1, world_size=world_size, rank=rank
+    )
     with run_here as run, process_group(args, world_size, run):
         # trick: each rank its own envs, seeded as the twin seeds the same envs (envpool seeds env i with seed + i)
         envs = make_env(args.env_id, args.local_num_envs, args.seed + rank * args.local_num_envs)
@@ -529,6 +522,8 @@ def main(args):
             advantages_fn = CudaGraphModule(advantages_fn, warmup=3)
             update_step = CudaGraphModule(update_step, warmup=3)
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, model=agent.state_dict())
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         running_returns = np.zeros(args.local_num_envs)  # each env's score in its current game
@@ -589,9 +584,15 @@ def main(args):
             logs |= {"losses/value_loss": losses["value"], "losses/policy_loss": losses["policy"]}
             logs |= {f"losses/{name}": losses[name] for name in ("entropy", "old_approx_kl", "approx_kl", "clipfrac")}
             run.report(global_step, {**logs, "losses/explained_variance": explained_var})
+            # trick: a stop signal (a scheduler's SIGTERM, torchrun forwarding it, Ctrl-C) reaches the ranks at
+            # different points: they stop together at the end of the iteration, with the largest signal any of them
+            # got, so no rank waits in a collective for one that left, and rank 0 saves the weights they share. A rank
+            # that torchrun stops because another died fails in this collective instead: an error, as it is
+            if world_size > 1:
+                stop = torch.tensor(run.stop_signal or 0, device=device)
+                dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+                run.stop_for(int(stop))
         envs.close()
-        if args.save_model:
-            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=agent.state_dict())
 
 
 if __name__ == "__main__":

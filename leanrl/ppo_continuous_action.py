@@ -331,6 +331,8 @@ def main(args):
         dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
         values = torch.zeros((args.num_steps, args.num_envs)).to(device)
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            run.save = lambda: save_model(run.model_path, args, agent, envs)
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         next_obs, _ = envs.reset(seed=args.seed)
@@ -416,8 +418,6 @@ def main(args):
             })  # fmt: skip
 
         envs.close()
-        if args.save_model:
-            save_model(run.dir / f"{args.exp_name}.pt", args, agent, envs)
 
 
 if __name__ == "__main__":

@@ -409,6 +409,8 @@ def main(args):
             advantages_fn = CudaGraphModule(advantages_fn, warmup=5)
             update_fn = CudaGraphModule(update_fn, warmup=5)
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            run.save = lambda: save_model(run.model_path, args, agent, envs)
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         next_obs, _ = envs.reset(seed=args.seed)
@@ -470,8 +472,6 @@ def main(args):
             })  # fmt: skip
 
         envs.close()
-        if args.save_model:
-            save_model(run.dir / f"{args.exp_name}.pt", args, agent, envs)
 
 
 if __name__ == "__main__":

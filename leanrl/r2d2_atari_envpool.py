@@ -576,6 +576,8 @@ def main(args):
         running_returns, zeros = np.zeros(args.num_envs), np.zeros(args.num_envs)
         newest = (lambda o: o[:, -1]) if len(frame_shape) == 2 else (lambda o: o)
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
         to_store = lambda x, dtype=None: torch.as_tensor(x, dtype=dtype).to(store_device)
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
@@ -642,8 +644,6 @@ def main(args):
                 run.report(global_step, logs)
         envs.close()
         run.fields["updates"] = updates
-        if args.save_model:
-            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=q_network.state_dict())
 
 
 if __name__ == "__main__":

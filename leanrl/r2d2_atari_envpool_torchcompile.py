@@ -642,6 +642,8 @@ def main(args):
         running_returns, zeros = np.zeros(args.num_envs), np.zeros(args.num_envs)
         newest = (lambda o: o[:, -1]) if len(frame_shape) == 2 else (lambda o: o)
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
         # trick: the obs goes to the device once, for the policy and the store
         to_device = lambda x, dtype=None, device=device: torch.as_tensor(x, dtype=dtype).to(device)
@@ -697,8 +699,6 @@ def main(args):
                 run.report(global_step, logs)
         envs.close()
         run.fields["updates"] = updates
-        if args.save_model:
-            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, model=q_network.state_dict())
 
 
 if __name__ == "__main__":

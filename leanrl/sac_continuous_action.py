@@ -359,6 +359,9 @@ def main(args):
         buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
         count = 0
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            qf = lambda: {"qf1": qf1.state_dict(), "qf2": qf2.state_dict()}
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, actor=actor.state_dict(), qf=qf())
         # TRY NOT TO MODIFY: start the game
         global_step, stats, losses = 0, {}, {}
         obs, _ = envs.reset(seed=args.seed)
@@ -411,9 +414,6 @@ def main(args):
                 run.report(global_step, {f"losses/{k}": v for k, v in logged.items()})
 
         envs.close()
-        if args.save_model:
-            qf = {"qf1": qf1.state_dict(), "qf2": qf2.state_dict()}
-            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, actor=actor.state_dict(), qf=qf)
 
 
 if __name__ == "__main__":

@@ -446,6 +446,11 @@ def main(args):
         critic = ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss"]  # the names of train_step's stats
         names = [[*critic, "alpha"], [*critic, *["actor_loss", "alpha_loss"][: 1 + args.autotune], "alpha"]]
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            # the stacked Q-parameters (a trick above) split back into qf1's and qf2's state dicts: the eager script's
+            # checkpoint format, so the two scripts' checkpoints are interchangeable
+            qf = lambda: {f"qf{i + 1}": qnet_params.data[i].flatten_keys(".").clone().to_dict() for i in range(2)}
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, actor=actor.state_dict(), qf=qf())
         # TRY NOT TO MODIFY: start the game
         global_step, stats, losses = 0, {}, {}
         obs, _ = envs.reset(seed=args.seed)
@@ -500,11 +505,6 @@ def main(args):
                 run.report(global_step, {f"losses/{k}": v for k, v in logged.items()})
 
         envs.close()
-        if args.save_model:
-            # the stacked Q-parameters (a trick above) split back into qf1's and qf2's state dicts: the eager script's
-            # checkpoint format, so the two scripts' checkpoints are interchangeable
-            qf = {f"qf{i + 1}": qnet_params.data[i].flatten_keys(".").clone().to_dict() for i in range(2)}
-            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, actor=actor.state_dict(), qf=qf)
 
 
 if __name__ == "__main__":

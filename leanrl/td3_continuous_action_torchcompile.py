@@ -433,6 +433,11 @@ def main(args):
             add_fn = CudaGraphModule(add_fn, warmup=5)
             train_fns = [CudaGraphModule(fn, warmup=5) for fn in train_fns]
 
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            # the stacked Q-parameters (a trick above) split back into qf1's and qf2's state dicts: the eager script's
+            # checkpoint format, so the two scripts' checkpoints are interchangeable
+            qf_state = lambda: {f"qf{i + 1}": qnet_params.data[i].flatten_keys(".").clone().to_dict() for i in range(2)}
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, actor=actor.state_dict(), qf=qf_state())
         # TRY NOT TO MODIFY: start the game
         global_step, stats, losses = 0, {}, {}
         obs, _ = envs.reset(seed=args.seed)
@@ -487,11 +492,6 @@ def main(args):
                 run.report(global_step, {f"losses/{k}": v for k, v in run.check_finite(global_step, losses).items()})
 
         envs.close()
-        if args.save_model:
-            # the stacked Q-parameters (a trick above) split back into qf1's and qf2's state dicts: the eager script's
-            # checkpoint format, so the two scripts' checkpoints are interchangeable
-            qf_state = {f"qf{i + 1}": qnet_params.data[i].flatten_keys(".").clone().to_dict() for i in range(2)}
-            bk.save_checkpoint(run.dir / f"{args.exp_name}.pt", args, actor=actor.state_dict(), qf=qf_state)
 
 
 if __name__ == "__main__":

@@ -191,6 +191,15 @@ def assert_stopped_run(stdout, stderr, results_file, sig, script):
     return line
 
 
+def assert_checkpoint_evaluates(script, checkpoint, tmp_path, episodes):
+    """--eval-checkpoint plays `episodes` episodes with the checkpoint: exit 0, an ok evaluation line."""
+    proc, lines = run_script(script, "--eval-checkpoint", str(checkpoint), "--eval-episodes", str(episodes),
+                             tmp_path=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [line] = lines
+    assert line["mode"] == "eval" and line["status"] == "ok" and line["episodes"] == episodes, line
+
+
 def assert_finite_results_line(line, script):
     """The results line of a finished run: every spec key, status ok, finite speed and losses."""
     assert set(line) >= RESULT_KEYS, RESULT_KEYS - set(line)

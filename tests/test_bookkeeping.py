@@ -3,6 +3,8 @@ ends, the steps/s meter, flag checks, checkpoints. The scripts' own tests run it
 
 import json
 import math
+import signal
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -84,6 +86,130 @@ def test_an_error_writes_its_line_and_goes_on_up(tmp_path):
         run_to_end(tmp_path, lambda run: 1 / 0)
     line = json.loads((tmp_path / "results.jsonl").read_text())
     assert line["status"] == "error" and line["message"].startswith("ZeroDivisionError")
+
+
+# ---------------------------------------------------------------- stop signals (Ctrl-C, a scheduler's SIGTERM)
+
+
+def signalled(signum):
+    """`signum` to this thread, its Python handler run before this returns (os.kill may reach another thread, which
+    leaves the main thread a few more bytecodes before it runs the handler)."""
+    signal.raise_signal(signum)
+
+
+@pytest.mark.parametrize("signum,code,by", [(signal.SIGINT, 130, "the user"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_a_stop_signal_ends_the_run_interrupted_with_its_checkpoint_and_exit_code(tmp_path, signum, code, by):
+    """SIGTERM stops a run as Ctrl-C does: status interrupted, the checkpoint saved, then the results line; exit code
+    128 + the signal. The handlers the process had before the run are back after it."""
+    saved, before = [], {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def body(run):
+        run.save = lambda: saved.append(run.steps)
+        run.episode(4, 1.0)
+        run.tick(8)
+        signalled(signum)
+        run.tick(16)  # not reached
+
+    got_code, line = run_to_end(tmp_path, body)
+    assert got_code == code and line["status"] == "interrupted" and line["message"] == f"interrupted by {by}"
+    assert line["steps"] == 8 and saved == [8]
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_a_second_signal_while_the_run_ends_cuts_nothing_short(tmp_path):
+    """A scheduler may send SIGTERM twice, torchrun forwards the one its ranks already got, a user presses Ctrl-C
+    again: while the run writes its checkpoint and its line, a signal is not raised there."""
+    saved = []
+
+    def save():
+        signalled(signal.SIGTERM)
+        signalled(signal.SIGINT)
+        saved.append(True)  # the save went on to its end
+
+    def body(run):
+        run.save = save
+        run.tick(8)
+        signalled(signal.SIGTERM)
+
+    try:
+        got_code, line = run_to_end(tmp_path, body)
+    except KeyboardInterrupt:  # (not left to end the whole pytest session)
+        pytest.fail("the second signal was raised while the run ended")
+    assert got_code == 143 and line["status"] == "interrupted" and saved == [True]
+
+
+def test_a_stop_whose_keyboard_interrupt_was_swallowed_stops_at_the_next_tick(tmp_path, monkeypatch):
+    """Raised inside a __del__ (or a callback from C), the KeyboardInterrupt is only printed: the run still stops, at
+    its next tick."""
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(unraisable.exc_type))
+
+    class SignalledOnDeletion:
+        def __del__(self):
+            signalled(signal.SIGINT)
+
+    def body(run):
+        run.tick(8)
+        SignalledOnDeletion()  # deleted at once: the handler raises in __del__, and Python swallows it
+        run.tick(16)
+        run.tick(24)  # not reached
+
+    got_code, line = run_to_end(tmp_path, body)
+    assert swallowed == [KeyboardInterrupt]
+    assert got_code == 130 and line["status"] == "interrupted" and line["steps"] == 8
+
+
+def test_an_ignored_signal_stays_ignored(tmp_path):
+    """A job that a shell without job control starts with `&` ignores SIGINT: the run leaves it so."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        seen = []
+        run_to_end(tmp_path, lambda run: seen.append(signal.getsignal(signal.SIGINT)))
+        assert seen == [signal.SIG_IGN] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_deferred_stop_waits_for_the_script(tmp_path):
+    """deferred_stop=True (the ranks of a distributed run): the signal marks the run, the script stops it where it
+    chooses, with the signal it names (the ranks agree on the largest)."""
+    seen = []
+
+    def body(run):
+        signalled(signal.SIGINT)
+        run.tick(8)  # no stop here: the script picks the place
+        seen.append(run.stop_signal)
+        run.stop_for(0)  # nothing to stop for
+        run.stop_for(signal.SIGTERM)  # another rank got SIGTERM
+        seen.append("not reached")
+
+    got_code, line = run_to_end(tmp_path, body, deferred_stop=True)
+    assert seen == [signal.SIGINT] and got_code == 143 and line["message"] == "interrupted by SIGTERM"
+
+
+def test_a_diverged_or_failed_run_saves_no_checkpoint(tmp_path):
+    saved = []
+
+    def body(run, raised):
+        run.save = lambda: saved.append(True)
+        raise raised
+
+    code, line = run_to_end(tmp_path, lambda run: body(run, bk.Diverged("loss diverged at step 8: loss=nan")))
+    assert code == 1 and line["status"] == "diverged"
+    (tmp_path / "results.jsonl").unlink()
+    with pytest.raises(ZeroDivisionError):
+        run_to_end(tmp_path, lambda run: body(run, ZeroDivisionError()))
+    assert json.loads((tmp_path / "results.jsonl").read_text())["status"] == "error" and saved == []
+
+
+def test_a_checkpoint_that_fails_to_save_is_an_error_in_the_line(tmp_path):
+    def body(run):
+        run.save = lambda: 1 / 0
+
+    with pytest.raises(ZeroDivisionError):
+        run_to_end(tmp_path, body)
+    line = json.loads((tmp_path / "results.jsonl").read_text())
+    assert line["status"] == "error" and line["message"] == "saving the model: ZeroDivisionError: division by zero"
 
 
 def test_check_finite_names_the_step_and_the_bad_loss_and_keeps_the_losses(tmp_path):

@@ -3,6 +3,7 @@
 import copy
 import math
 import re
+import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -13,12 +14,18 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
+    GRACE,
+    ROOT,
     args_from_flags,
+    assert_checkpoint_evaluates,
     assert_finite_results_line,
     assert_main_exits_2_with_one_line,
+    assert_stopped_run,
     assert_summary_matches,
     load_script,
     run_script,
+    started_runs,
+    stop,
     strict_json,
 )
 from reference import gae_reference, ppo_loss_reference, random_ppo_minibatch, random_rollout
@@ -475,6 +482,22 @@ def test_a_diverged_run_stops_with_a_strict_json_line(name, tmp_path):
     assert f"{name}.py: {line['message']}" in proc.stderr
     assert line["losses"][match[1]] is None  # the non-finite loss is written as null
     assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+
+
+def test_sigterm_stops_the_twin_with_its_line_curve_and_checkpoint(tmp_path):
+    """A scheduler's SIGTERM once a game has ended: the twin stops as on Ctrl-C and exits 143 within seconds, with no
+    traceback, leaving its results line (status interrupted), its return curve and its --save-model checkpoint, which
+    --eval-checkpoint plays."""
+    results = tmp_path / "results.jsonl"
+    cmd = [sys.executable, str(ROOT / "leanrl" / f"{TWIN}.py"), "--no-cuda", "--results-file", str(results)]
+    cmd += [*TINY, "1000000", "--save-model"]
+    with started_runs([(cmd, {})], tmp_path) as procs:
+        [(stdout, stderr)], seconds = stop(procs, signal.SIGTERM)
+    assert procs[0].returncode == 143, stderr[-3000:]
+    assert seconds < GRACE, seconds
+    line = assert_stopped_run(stdout, stderr, results, signal.SIGTERM, TWIN)
+    (tmp_path / "eval").mkdir()
+    assert_checkpoint_evaluates(TWIN, tmp_path / line["run_name"] / f"{TWIN}.pt", tmp_path / "eval", episodes=1)
 
 
 # ---------------------------------------------------------------- bad input

@@ -1,7 +1,9 @@
-"""PPO Atari, data-parallel: two gloo ranks against one process, torchrun end to end on CPU, dead and hung ranks."""
+"""PPO Atari, data-parallel: two gloo ranks against one process, torchrun end to end on CPU, dead and hung ranks,
+ranks stopped by SIGTERM."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,11 +15,16 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from conftest import (
+    GRACE,
     ROOT,
+    assert_checkpoint_evaluates,
     assert_finite_results_line,
+    assert_stopped_run,
     assert_summary_matches,
     load_script,
     run_script,
+    started_runs,
+    stop,
     strict_json,
     summary_of,
 )
@@ -337,6 +344,45 @@ def test_a_dead_or_hung_rank_ends_the_run_with_an_error_line(how, victim, tmp_pa
         assert waited < TIMEOUT, waited  # no need to wait for the timeout: the peer's socket closed
 
 
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("launch", ["torchrun", "ranks"])
+def test_sigterm_stops_every_rank_with_the_line_curve_and_checkpoint(launch, tmp_path):
+    """SIGTERM mid-run, as a scheduler stops a job. torchrun: the launcher gets it (Kubernetes signals a pod's first
+    process) and forwards it to each rank. ranks: the ranks started by hand, as srun starts them, and only rank 1 gets
+    it: rank 0 stops with it all the same, at the same iteration. Every rank stops within seconds, without a traceback;
+    rank 0 writes the results line (status interrupted), its curve and the --save-model checkpoint, which
+    --eval-checkpoint plays in one process."""
+    results = tmp_path / "results.jsonl"
+    script = [str(ROOT / "leanrl" / f"{DIST}.py"), "--no-cuda", "--results-file", str(results), *TINY[:-4]]
+    script += ["--total-timesteps", "1000000", "--save-model"]
+    logs = tmp_path / "logs"  # torchrun's: each rank's stdout and stderr apart from the launcher's own
+    if launch == "torchrun":
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        cmds = [([*torchrun, "--log-dir", str(logs), "--redirects", "3", *script], {})]
+    else:
+        where = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+        cmds = [([sys.executable, *script], dict(where, RANK=str(r), LOCAL_RANK=str(r))) for r in range(2)]
+    with started_runs(cmds, tmp_path) as procs:
+        outputs, seconds = stop(procs, signal.SIGTERM, signalled=procs[-1:])  # the launcher, or rank 1
+    assert seconds < GRACE, seconds
+    if launch == "torchrun":  # (torchrun itself ends with its SignalException's traceback)
+        outputs = [
+            (err.with_name("stdout.log").read_text(), err.read_text()) for err in sorted(logs.glob("**/stderr.log"))
+        ]
+    else:
+        assert [proc.returncode for proc in procs] == [143, 143], outputs
+    assert len(outputs) == 2 and "Traceback" not in outputs[1][1] and "results:" not in outputs[1][0], outputs[1]
+    line = assert_stopped_run(*outputs[0], results, signal.SIGTERM, DIST)
+    assert line["world_size"] == 2 and line["rank"] == 0 and line["steps"] % 4 == 0
+    (tmp_path / "eval").mkdir()
+    assert_checkpoint_evaluates(DIST, tmp_path / line["run_name"] / f"{DIST}.pt", tmp_path / "eval", episodes=1)
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -511,7 +557,6 @@ def test_nccl_watchdog_aborts_and_lets_the_rank_report(dist_settings, preset, mo
     else:
         monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", preset)
     monkeypatch.setattr(dist_settings.dist, "init_process_group", init_process_group)
-    monkeypatch.setattr(dist_settings.signal, "signal", lambda *args: None)  # leave this process's handlers alone
     args = dist_settings.Args(backend="nccl", dist_timeout=7.0)
     with pytest.raises(Stop), dist_settings.process_group(args, 2, run=None):
         pass

@@ -20,9 +20,11 @@ import pytest
 import torch
 import tyro
 from conftest import (
+    EXIT_CODES,
     GRACE,
     ROOT,
     args_from_flags,
+    assert_checkpoint_evaluates,
     assert_finite_results_line,
     assert_main_exits_2_with_one_line,
     assert_stopped_run,
@@ -712,17 +714,23 @@ def test_a_real_divergence_is_reported_in_strict_json(name, tmp_path):
     assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
 
 
-def test_interrupted_run_writes_its_line_and_summary(tmp_path):
-    """Ctrl-C (SIGINT) once episodes have ended: the run exits 130 within seconds, with no traceback, leaving its
-    results line (status interrupted, strict JSON), the summary line that points at it and its return curve."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stopped_run_writes_its_line_curve_and_checkpoint(sig, tmp_path):
+    """Ctrl-C (SIGINT) or a scheduler's SIGTERM once episodes have ended: the run stops and exits 130 / 143 within
+    seconds, with no traceback, leaving its results line (status interrupted, strict JSON), the summary line that points
+    at it, its return curve and its --save-model checkpoint, which --eval-checkpoint plays."""
     results = tmp_path / "results.jsonl"
     cmd = [sys.executable, str(ROOT / "leanrl" / f"{EAGER}.py"), "--no-cuda", "--results-file", str(results)]
-    cmd += ["--env-id", "InvertedPendulum-v4", *TINY[:6], "--total-timesteps", "1000000"]
+    cmd += ["--env-id", "InvertedPendulum-v4", *TINY[:6], "--total-timesteps", "1000000", "--save-model"]
     with started_runs([(cmd, {})], tmp_path, rows=2) as procs:
-        [(stdout, stderr)], seconds = stop(procs, signal.SIGINT)
-    assert procs[0].returncode == 130, stderr[-3000:]
+        [(stdout, stderr)], seconds = stop(procs, sig)
+    assert procs[0].returncode == EXIT_CODES[sig], stderr[-3000:]
     assert seconds < GRACE, seconds
-    assert_stopped_run(stdout, stderr, results, signal.SIGINT, EAGER)
+    line = assert_stopped_run(stdout, stderr, results, sig, EAGER)
+    checkpoint = tmp_path / line["run_name"] / f"{EAGER}.pt"
+    assert f"model saved to {checkpoint}" in stdout
+    (tmp_path / "eval").mkdir()
+    assert_checkpoint_evaluates(EAGER, checkpoint, tmp_path / "eval", episodes=2)
 
 
 def test_eager_is_deterministic_over_episodes(tmp_path):
