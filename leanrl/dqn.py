@@ -53,7 +53,7 @@ class Args:
     env_id: str = "CartPole-v1"
     """the id of the environment (a gymnasium env with Discrete actions and vector observations)"""
     total_timesteps: int = 500000
-    """total timesteps of the experiments"""
+    """total timesteps of the experiments, rounded down to a multiple of num_envs"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 1

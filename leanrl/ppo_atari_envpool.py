@@ -52,7 +52,7 @@ class Args:
     env_id: str = "Breakout-v5"
     """an envpool Atari game (no --capture-video here: RecordVideo cannot wrap envpool, only ale-py's envs)"""
     total_timesteps: int = 10000000
-    """total timesteps of the experiments"""
+    """total timesteps of the experiments, rounded down to whole iterations (num_envs x num_steps each)"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 8

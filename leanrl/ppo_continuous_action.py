@@ -53,7 +53,7 @@ class Args:
     env_id: str = "HalfCheetah-v4"
     """the id of the environment (a gymnasium env with a Box action space)"""
     total_timesteps: int = 1000000
-    """total timesteps of the experiments"""
+    """total timesteps of the experiments, rounded down to whole iterations (num_envs x num_steps each)"""
     learning_rate: float = 3e-4
     """the learning rate of the optimizer"""
     num_envs: int = 1

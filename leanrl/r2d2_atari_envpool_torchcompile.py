@@ -70,7 +70,7 @@ class Args:
     mask_velocity: bool = False
     """CartPole-v1 only: hide the two velocities (a memory task: only the LSTM can infer them)"""
     total_timesteps: int = 10000000
-    """total timesteps of the experiments (all envs together)"""
+    """total timesteps of the experiments (all envs together), rounded down to a multiple of num_envs"""
     learning_rate: float = 1e-4
     """the learning rate of the optimizer (Adam)"""
     adam_eps: float = 1e-3

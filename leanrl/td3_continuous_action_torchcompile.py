@@ -59,7 +59,7 @@ class Args:
     env_id: str = "HalfCheetah-v4"
     """the id of the environment (a gymnasium env with a Box action space and vector observations)"""
     total_timesteps: int = 1000000
-    """total timesteps of the experiments"""
+    """total timesteps of the experiments, rounded down to a multiple of num_envs"""
     num_envs: int = 1
     """the number of parallel game environments"""
     buffer_size: int = int(1e6)
