@@ -602,6 +602,7 @@ def main(argv=None):
     parser.add_argument("out", help="folder for results.jsonl, summary.md, profile.md, logs.tar.gz")
     parser.add_argument("--dry-run", action="store_true", help="tiny budgets on the CPU, no --compile/--cudagraphs")
     parser.add_argument("--peer", default=str(ROOT / ".whl" / "peers" / "leanrl"), help="LeanRL's patched scripts")
+    parser.add_argument("--no-peer", action="store_true", help="our scripts only (no folder of LeanRL's at hand)")
     parser.add_argument("--budget-s", type=float, help="seconds the lanes may run (default 470, dry run 90)")
     parser.add_argument("--lanes", help="run only these lanes (comma-separated names), e.g. for a test")
     parser.add_argument("--ceiling", nargs=4, metavar=("FAMILY", "ENV", "NUM_ENVS", "SECONDS"), help=argparse.SUPPRESS)
@@ -610,7 +611,7 @@ def main(argv=None):
         return ceiling_main(family, env_id, int(num_envs), float(seconds))
     args = parser.parse_args(argv)
     out, args.peer = Path(args.out).resolve(), str(Path(args.peer).resolve())
-    if not (Path(args.peer) / "leanrl").is_dir():
+    if not args.no_peer and not (Path(args.peer) / "leanrl").is_dir():
         print(f"gpu_session: error: --peer {args.peer} has no leanrl/ folder of LeanRL's scripts", file=sys.stderr)
         return 2
     if out.exists() and any(out.iterdir()):
@@ -639,6 +640,8 @@ def main(argv=None):
     print(f"gpu_session: {info['device']}, {info['cpu']} ({info['cpu_count']} cores), torch {info['torch']}")
     cores = sorted(os.sched_getaffinity(0))
     lanes = plan(args.peer, args.dry_run, cores)
+    if args.no_peer:
+        lanes = [(name, share, [j for j in jobs if j.get("side") != "leanrl-peer"]) for name, share, jobs in lanes]
     if args.lanes:
         lanes = [lane for lane in lanes if lane[0] in args.lanes.split(",")]
     deadline = time.time() + budget

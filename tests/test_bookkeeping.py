@@ -91,6 +91,15 @@ def test_an_error_writes_its_line_and_goes_on_up(tmp_path):
 # ---------------------------------------------------------------- stop signals (Ctrl-C, a scheduler's SIGTERM)
 
 
+@pytest.fixture(autouse=True)
+def python_handles_ctrl_c():
+    """Ctrl-C raises KeyboardInterrupt here as in a terminal, also when pytest was started as a `&` job of a shell
+    without job control: such a job inherits SIGINT ignored, and Python leaves an inherited SIG_IGN alone."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def signalled(signum):
     """`signum` to this thread, its Python handler run before this returns (os.kill may reach another thread, which
     leaves the main thread a few more bytecodes before it runs the handler)."""
