@@ -208,6 +208,16 @@ def test_tricks_check_covers_the_readme_catalogue_and_docs(tmp_path):
     assert docs.read_text().count("](../leanrl/") == carried  # and links every line that carries one
 
 
+def test_readme_quick_start_runs_as_pasted_on_a_cpu_with_the_cuda_line_beside_it():
+    """A newcomer pastes the first training line on a laptop: it must not ask for CUDA (--cudagraphs exits 2 there);
+    the GPU line is there too, and both run the same script at the same budget."""
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme.split("## Quick start")[1].split("```bash")[1].split("```")[0]
+    runs = [line for line in quick_start.splitlines() if line.startswith("python leanrl/")]
+    assert len(runs) == 2 and "--cudagraphs" not in runs[0] and "--cudagraphs" in runs[1], runs
+    assert runs[1].split("#")[0].replace(" --cudagraphs", "").strip() == runs[0].split("#")[0].strip()
+
+
 def test_readme_is_short_and_its_links_resolve():
     readme = ROOT / "README.md"
     assert readme.stat().st_size < 15_000, f"README.md is {readme.stat().st_size} bytes: move write-ups to docs/"
