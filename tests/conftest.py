@@ -65,14 +65,19 @@ def load_script(name):
     return module
 
 
-def run_script(name, *args, tmp_path, timeout=900):
+def run_script(name, *args, tmp_path, timeout=900, env=None, prelude=None):
     """Run leanrl/<name>.py on CPU with its results file in tmp_path.
 
+    `env`: more environment variables for the process; `prelude`: Python code the process runs before the script
+    (e.g. "import torch; torch.backends.mkldnn.enabled = False"), the script then run as its __main__.
     Returns (completed process, list of results lines written by the run).
     """
     results = Path(tmp_path) / "results.jsonl"
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", WANDB_MODE="disabled", PYTHONUNBUFFERED="1", **(env or {}))
     cmd = [sys.executable, str(ROOT / "leanrl" / f"{name}.py"), "--no-cuda", "--results-file", str(results), *args]
+    if prelude:  # python -c CODE script args..., CODE running the script as `python script args...` does
+        main = "import os, runpy, sys; sys.argv[:1] = []; sys.path[0] = os.path.dirname(sys.argv[0])"
+        cmd[1:1] = ["-c", f"{prelude}\n{main}; runpy.run_path(sys.argv[0], run_name='__main__')"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
     lines = [strict_json(line) for line in results.read_text().splitlines()] if results.exists() else []
     return proc, lines

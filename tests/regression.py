@@ -4,11 +4,15 @@
 tests/test_regression.py runs them again and compares. What is compared: the results line's numbers (steps,
 episodes, mean return, losses, status) and the return curve (step, return) of returns.csv; times and speeds are not.
 
-Float rounding differs between CPU models (oneDNN and MKL choose other kernels: a PPO Atari loss after two updates
-differs by 2.5e-4 relative between the machine that recorded regression.json and a 2-core AMD EPYC), so a CPU
-model may have its own numbers, tests/data/regression_<cpu>.json, recorded on it at a commit whose numbers the
-reference file also holds (`python tests/regression.py record --this-cpu [names...]`): a case found there is
-compared with them, every other case with regression.json.
+Float rounding differs between CPU models (oneDNN and MKL choose other kernels: a PPO Atari loss after ten iterations
+differs by 2.5e-4 relative between the machine that recorded regression.json and a 2-core AMD EPYC, SAC's and TD3's
+by up to 6%), so the whole run's floats are compared only on a CPU model that has numbers of its own,
+tests/data/regression_<cpu>.json, recorded on it at a commit whose numbers the reference file also holds
+(`python tests/regression.py record --this-cpu [names...]`): a case found there is compared with them, every other
+case with regression.json (that CPU model computed those as the reference machine did). On every CPU the
+comparison is of what rounding cannot change (invariants below) and of the first update: each case is run a second
+time, cut at its first update (FIRST), and its losses are compared, to a tolerance, with
+tests/data/regression-first-update.json (`python tests/regression.py record --first-update [names...]`).
 """
 
 import json
@@ -22,6 +26,7 @@ from conftest import ROOT, run_script  # noqa: E402
 from leanrl.bookkeeping import cpu_name  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "data" / "regression.json"
+FIRST_GOLDEN = GOLDEN.with_name("regression-first-update.json")
 
 
 def cpu_golden(cpu=None):
@@ -65,19 +70,62 @@ PAIRS = {
     "td3_continuous_action": OFF_POLICY,
     "r2d2_atari_envpool": R2D2,
 }
-# (case name, script, flags): eager, twin, twin --compile of every pair; R2D2 on Atari too; the distributed
-# script as one process (it is the twin then)
+# the --total-timesteps of each pair's run cut at its first update: the first log point that holds every loss (PPO:
+# one rollout and its update epochs; SAC and TD3: the first two gradient steps, the second one the actor's; DQN and
+# R2D2: the first gradient step)
+FIRST = {
+    "ppo_atari_envpool": "64",
+    "ppo_continuous_action": "64",
+    "dqn": "211",
+    "dqn_atari_envpool": "205",
+    "sac_continuous_action": "103",
+    "td3_continuous_action": "103",
+    "r2d2_atari_envpool": "204",
+}
+
+
+def first_update(flags, total):
+    """The flags of the run cut at its first update: the same, but --total-timesteps `total`."""
+    at = flags.index("--total-timesteps") + 1
+    return (*flags[:at], total, *flags[at + 1 :])
+
+
+# (case name, script, flags, flags of the run cut at its first update): eager, twin, twin --compile of every pair;
+# R2D2 on Atari too; the distributed script as one process (it is the twin then)
 CASES = []
 for pair, flags in PAIRS.items():
-    CASES += [(pair, pair, flags), (f"{pair}_torchcompile", f"{pair}_torchcompile", flags)]
-    CASES += [(f"{pair}_torchcompile --compile", f"{pair}_torchcompile", (*flags, "--compile"))]
-CASES += [("r2d2_atari_envpool atari", "r2d2_atari_envpool", R2D2_ATARI)]
-CASES += [("ppo_atari_envpool_distributed", "ppo_atari_envpool_distributed", DIST)]
+    first = first_update(flags, FIRST[pair])
+    CASES += [(pair, pair, flags, first), (f"{pair}_torchcompile", f"{pair}_torchcompile", flags, first)]
+    CASES += [(f"{pair}_torchcompile --compile", f"{pair}_torchcompile", (*flags, "--compile"), (*first, "--compile"))]
+CASES += [("r2d2_atari_envpool atari", "r2d2_atari_envpool", R2D2_ATARI, first_update(R2D2_ATARI, "42"))]
+CASES += [("ppo_atari_envpool_distributed", "ppo_atari_envpool_distributed", DIST, first_update(DIST, "32"))]
+
+# the cases whose networks read Atari frames through convolutions (oneDNN's kernels on CPU; every other case is an MLP,
+# R2D2 on CartPole an MLP and an LSTM): other float kernels move their first update the most
+CONV_CASES = {case for case, script, flags, _ in CASES if "atari" in script and "--env-id" not in flags}
+
+# Float paths: switches that make this machine round as another CPU model does, by running other float kernels for
+# the same algorithm (environment variables, or code run before the script in its process). What each moved on a
+# 2-core AMD EPYC (torch 2.13.0+cpu), in the runs cut at the first update, none of them steps, episodes or curve steps:
+FLOAT_PATHS = {
+    # convolutions on ATen's own im2col + MKL gemm instead of oneDNN's kernels: the Atari cases
+    "oneDNN off": {"prelude": "import torch; torch.backends.mkldnn.enabled = False"},
+    # oneDNN's kernels for a CPU without AVX: the Atari cases
+    "ONEDNN_MAX_CPU_ISA=SSE41": {"env": {"ONEDNN_MAX_CPU_ISA": "SSE41"}},
+    # MKL's gemm (Linear layers) on its generic code path rather than the one it picks for this CPU: most cases
+    "MKL_CBWR=COMPATIBLE": {"env": {"MKL_CBWR": "COMPATIBLE"}},
+    # ATen's elementwise and reduction kernels without AVX2 / AVX-512: most cases (with --compile, inductor's C++
+    # code then fails to build)
+    "ATEN_CPU_CAPABILITY=default": {"env": {"ATEN_CPU_CAPABILITY": "default"}},
+    # two intra-op threads instead of one: the PPO cases only (the others' tensors are too small to be split)
+    "OMP_NUM_THREADS=2": {"env": {"OMP_NUM_THREADS": "2"}},
+}
 
 
-def numbers(script, flags, tmp):
-    """What a seeded run computed: the results line's numbers and the return curve."""
-    proc, lines = run_script(script, *flags, tmp_path=tmp)
+def numbers(script, flags, tmp, **how):
+    """What a seeded run computed: the results line's numbers and the return curve. `how`: run_script's env and
+    prelude (a float path)."""
+    proc, lines = run_script(script, *flags, tmp_path=tmp, **how)
     assert proc.returncode == 0 and len(lines) == 1, proc.stderr[-3000:]
     line = lines[0]
     rows = (Path(tmp) / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
@@ -86,18 +134,25 @@ def numbers(script, flags, tmp):
     return {**{key: line[key] for key in keep}, "curve": curve}
 
 
-def record(names, path=GOLDEN):
+def invariants(numbers):
+    """What float rounding does not change: status, steps, episodes, the return curve's steps, the losses' names."""
+    keep = {key: numbers[key] for key in ("status", "steps", "episodes")}
+    return {**keep, "curve steps": [step for step, _ in numbers["curve"]], "losses": sorted(numbers["losses"])}
+
+
+def record(names, path=GOLDEN, first=False):
     golden = json.loads(path.read_text()) if path.exists() else {}
-    for case, script, flags in CASES:
+    for case, script, flags, first_flags in CASES:
         if names and case not in names and script not in names:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            golden[case] = numbers(script, flags, tmp)
+            golden[case] = numbers(script, first_flags if first else flags, tmp)
         print(case, golden[case]["steps"], golden[case]["episodes"], golden[case]["losses"], flush=True)
         path.parent.mkdir(exist_ok=True)
         path.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
-    this_cpu = "--this-cpu" in sys.argv
-    record([name for name in sys.argv[2:] if name != "--this-cpu"], cpu_golden() if this_cpu else GOLDEN)
+    options = {"--this-cpu", "--first-update"}
+    path = cpu_golden() if "--this-cpu" in sys.argv else FIRST_GOLDEN if "--first-update" in sys.argv else GOLDEN
+    record([name for name in sys.argv[2:] if name not in options], path, first="--first-update" in sys.argv)
