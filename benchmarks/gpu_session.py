@@ -603,7 +603,7 @@ def main(argv=None):
     parser.add_argument("--dry-run", action="store_true", help="tiny budgets on the CPU, no --compile/--cudagraphs")
     parser.add_argument("--peer", default=str(ROOT / ".whl" / "peers" / "leanrl"), help="LeanRL's patched scripts")
     parser.add_argument("--no-peer", action="store_true", help="our scripts only (no folder of LeanRL's at hand)")
-    parser.add_argument("--budget-s", type=float, help="seconds the lanes may run (default 470, dry run 300)")
+    parser.add_argument("--budget-s", type=float, help="seconds the lanes may run (default 470, dry run 600)")
     parser.add_argument("--lanes", help="run only these lanes (comma-separated names), e.g. for a test")
     parser.add_argument("--ceiling", nargs=4, metavar=("FAMILY", "ENV", "NUM_ENVS", "SECONDS"), help=argparse.SUPPRESS)
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--ceiling":
@@ -618,7 +618,7 @@ def main(argv=None):
         print(f"gpu_session: error: {out} is not empty", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    budget = args.budget_s or (300.0 if args.dry_run else 470.0)  # a dry run ends when its runs do
+    budget = args.budget_s or (600.0 if args.dry_run else 470.0)  # a dry run ends when its runs do
     work = Path(tempfile.mkdtemp(prefix="gpu-session-"))
     (work / "site").mkdir()
     (work / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE.format(path=str(Path(__file__).resolve())))

@@ -124,7 +124,7 @@ def test_the_dry_run_measures_every_lane_on_the_cpu(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "--dry-run", str(out)],
-        env=env, capture_output=True, text=True, timeout=600,
+        env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["logs.tar.gz", "profile.md", "results.jsonl", "summary.md"]
