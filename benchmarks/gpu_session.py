@@ -163,8 +163,6 @@ def sync_debug(state, on):
         torch.cuda.set_sync_debug_mode("warn")
     else:
         torch.cuda.set_sync_debug_mode(0)
-        import warnings
-
         warnings.showwarning = state.get("shown", warnings.showwarning)
 
 
