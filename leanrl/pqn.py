@@ -44,7 +44,7 @@ class Args:
     """whether to save the Q-network at the end of training"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
-    # 8: the twin captures each CUDA graph at its 6th call: the returns' (one call an iteration) in iteration 6
+    # 8: the twin captures each CUDA graph at its 5th call: the returns' (one call an iteration) in iteration 5
     measure_burnin: int = 8
     """iterations left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
@@ -129,8 +129,8 @@ def linear_schedule(start_e, end_e, duration, t):
 def epsilon_greedy(q_network, obs, epsilon):
     """One coin per env, as CleanRL draws them on the device: a random action with probability epsilon, else the
     greedy one. Returns (actions, max_a Q(obs, a)), the second the rollout's values for the Q(lambda) returns."""
-    random_actions = torch.randint(0, q_network.network[-1].out_features, (obs.shape[0],), device=obs.device)
     q_values = q_network(obs)
+    random_actions = torch.randint(0, q_values.shape[1], (obs.shape[0],), device=obs.device)
     max_values, max_actions = q_values.max(dim=1)
     explore = torch.rand(obs.shape[0], device=obs.device) < epsilon
     return torch.where(explore, random_actions, max_actions), max_values
@@ -298,11 +298,11 @@ def main(args):
                                                args.max_grad_norm)  # fmt: skip
 
             # log point, as CleanRL's: the last minibatch's losses, one read an iteration; stop on a non-finite one
-            lr = optimizer.param_groups[0]["lr"]
-            losses = run.check_finite(global_step, {"td_loss": td_loss, "q_values": q_values})
+            logged = {"learning_rate": optimizer.param_groups[0]["lr"]}
+            losses = run.check_finite(global_step, {"td_loss": td_loss, "q_values": q_values}, unchecked=logged)
             run.tick(global_step)
             run.report(global_step, {"losses/td_loss": losses["td_loss"], "losses/q_values": losses["q_values"],
-                                     "charts/learning_rate": lr})  # fmt: skip
+                                     "charts/learning_rate": losses["learning_rate"]})  # fmt: skip
 
         envs.close()
 

@@ -1,0 +1,412 @@
+"""PQN on classic-control envs (CleanRL's pqn.py, CartPole-v1): the fast twin, with LeanRL's speed tricks.
+
+PQN (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning") is DQN without the replay buffer and the
+target network: many vectorised envs, a LayerNorm Q-network, Q(lambda) returns over a short rollout, a few epochs of
+minibatch updates, RAdam.
+
+Run: python leanrl/pqn_torchcompile.py --env-id CartPole-v1 --compile --cudagraphs
+"""
+
+import random
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from tensordict.nn import CudaGraphModule
+
+from leanrl import bookkeeping as bk
+
+
+@dataclass
+class Args:
+    exp_name: str = Path(__file__).stem
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (env 0's, in the run folder's `videos`)"""
+    save_model: bool = False
+    """whether to save the Q-network at the end of training"""
+    results_file: str = "runs/results.jsonl"
+    """where the run appends its one JSON results line"""
+    # 8: the twin captures each CUDA graph at its 5th call: the returns' (one call an iteration) in iteration 5
+    measure_burnin: int = 8
+    """iterations left out of steps/s (compilation and CUDA-graph capture happen in them)"""
+    eval_checkpoint: str | None = None
+    """evaluate this checkpoint instead of training"""
+    eval_episodes: int = 10
+    """the number of episodes an evaluation plays"""
+    eval_epsilon: float = 0.05
+    """the exploration rate of an evaluation (the end of the training schedule)"""
+    compile: bool = False
+    """whether to use torch.compile on the policy step, the Q(lambda) returns and the update"""
+    cudagraphs: bool = False
+    """whether to use CUDA graphs (tensordict's CudaGraphModule); needs CUDA"""
+
+    # Algorithm specific arguments
+    env_id: str = "CartPole-v1"
+    """the id of the environment (a gymnasium env with Discrete actions and vector observations)"""
+    total_timesteps: int = 500000
+    """total timesteps of the experiments, rounded down to whole iterations (num_envs x num_steps each)"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 4
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run for each environment per update"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the Q-network"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    start_e: float = 1.0
+    """the starting epsilon for exploration"""
+    end_e: float = 0.05
+    """the ending epsilon for exploration"""
+    exploration_fraction: float = 0.5
+    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    max_grad_norm: float = 10.0
+    """the maximum norm for the gradient clipping"""
+    q_lambda: float = 0.65
+    """the lambda for Q(lambda)"""
+
+
+def make_envs(env_id, num_envs, video_dir=None, **make_kwargs):
+    # gymnasium 1.x resets a finished env on the *next* step by default; CleanRL's rollout expects the reset in the
+    # same step (the returned obs begins the new episode, the episode's statistics are in infos["final_info"])
+    def make_env(video_dir=None):  # with a video_dir (--capture-video) the env renders and films its episodes there
+        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None, **make_kwargs)
+        return gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env)
+
+    envs = [lambda: make_env(video_dir)] + [make_env] * (num_envs - 1)  # env 0 alone is filmed
+    return gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+def layer_init(layer, std=2**0.5, bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class QNetwork(nn.Module):
+    """CleanRL's MLP with a LayerNorm after each hidden layer: it keeps TD learning stable without a target network."""
+
+    def __init__(self, obs_dim, n_actions):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 120)),
+            nn.LayerNorm(120),
+            nn.ReLU(),
+            layer_init(nn.Linear(120, 84)),
+            nn.LayerNorm(84),
+            nn.ReLU(),
+            layer_init(nn.Linear(84, n_actions)),
+        )
+
+    def forward(self, x):
+        return self.network(x)
+
+
+def linear_schedule(start_e, end_e, duration, t):
+    """Epsilon at env step t: linear from start_e (t = 0) to end_e (t = duration), then end_e."""
+    return start_e + (end_e - start_e) * min(t / duration, 1.0)
+
+
+def epsilon_greedy(q_network, obs, epsilon):
+    """One coin per env, as CleanRL draws them on the device: a random action with probability epsilon, else the
+    greedy one. Returns (actions, max_a Q(obs, a)), the second the rollout's values for the Q(lambda) returns."""
+    q_values = q_network(obs)
+    random_actions = torch.randint(0, q_values.shape[1], (obs.shape[0],), device=obs.device)
+    max_values, max_actions = q_values.max(dim=1)
+    explore = torch.rand(obs.shape[0], device=obs.device) < epsilon
+    return torch.where(explore, random_actions, max_actions), max_values
+
+
+def q_lambda_returns(rewards, values, dones, next_value, next_done, gamma, q_lambda):
+    """Q(lambda) returns over a (T, B) time-major rollout: R[t] = r[t] + gamma * (lambda * R[t + 1] + (1 - lambda) *
+    max_a Q(s[t + 1], a)), the max-Q values in `values`; no bootstrap past an episode end (dones[t] == 1 means obs[t]
+    begins an episode); the last step bootstraps from next_value (max_a Q of the obs after the rollout) alone."""
+    nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
+    nextvalues = torch.cat([values[1:], next_value[None]])
+    # trick: Q(lambda) is the reverse linear recurrence R[t] = a[t] + coef[t] * R[t + 1], with a row T appended that
+    # holds R[T] = next_value (then R[T - 1] bootstraps from it alone). Recursive doubling solves it in log2(T + 1)
+    # vectorized steps instead of T sequential ones (8 instead of 128 here): after step k, R[t] sums 2**k terms and
+    # coef[t] is the product of 2**k coefficients; both are zero past the end.
+    returns = torch.cat([rewards + gamma * (1 - q_lambda) * nextnonterminal * nextvalues, next_value[None]])
+    coef = torch.cat([gamma * q_lambda * nextnonterminal, torch.zeros_like(next_value)[None]])
+    shift = 1
+    while shift < len(returns):
+        pad = torch.zeros_like(returns[:shift])
+        returns = returns + coef * torch.cat([returns[shift:], pad])
+        coef = coef * torch.cat([coef[shift:], pad])
+        shift *= 2
+    return returns[:-1]
+
+
+def policy_step(q_network, obs, actions, values, epsilon, step):
+    """The rollout's policy step at `step` (a 1-element index tensor): epsilon-greedy on obs[step], the action and the
+    max-Q value written into their (T, B) storage in place; returns the actions."""
+    # trick: the step is an index tensor and the storage is written here: one graph serves every step, its input 8
+    # bytes; epsilon is a device tensor written in place, so a new value recompiles nothing
+    with torch.no_grad():
+        action, values[step] = epsilon_greedy(q_network, obs[step].flatten(0, 1), epsilon)
+        actions[step] = action
+    return action
+
+
+def returns_of_rollout(q_network, obs, rewards, dones, values, returns, gamma, q_lambda):
+    """The bootstrap value of obs[T] and the Q(lambda) returns over the rollout storage, written into returns.
+
+    obs, rewards and dones hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done
+    flag), row 0 is the last row of the previous rollout.
+    """
+    # trick: the bootstrap value and the returns are one function of the storage, compiled (and captured) as one
+    with torch.no_grad():
+        next_value = q_network(obs[-1]).max(dim=1).values
+        returns.copy_(q_lambda_returns(rewards[1:], values, dones[:-1], next_value, dones[-1], gamma, q_lambda))
+
+
+def make_radam(params, lr):
+    """RAdam's state for a list of parameters, with torch.optim.RAdam's defaults (betas 0.9, 0.999, eps 1e-8)."""
+    # trick: the gradient clipping and RAdam as tensor ops on the device (its step count a device tensor), so that a
+    # step is part of the compiled graph: torch.optim's step breaks the graph on purpose. Inductor fuses it with the
+    # rest of the update
+    return dict(
+        params=params, lr=lr, step=torch.zeros((), device=params[0].device),
+        exp_avg=[torch.zeros_like(p) for p in params], exp_avg_sq=[torch.zeros_like(p) for p in params],
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def radam_step(radam, grads, max_grad_norm, beta1=0.9, beta2=0.999, eps=1e-8):
+    """nn.utils.clip_grad_norm_ on the grads, then one step of torch.optim.RAdam (no weight decay), in place."""
+    total_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    grads = torch._foreach_mul(grads, (max_grad_norm / (total_norm + 1e-6)).clamp(max=1.0))
+    radam["step"] += 1
+    step = radam["step"]
+    torch._foreach_lerp_(radam["exp_avg"], grads, 1 - beta1)
+    torch._foreach_mul_(radam["exp_avg_sq"], beta2)
+    torch._foreach_addcmul_(radam["exp_avg_sq"], grads, grads, 1 - beta2)
+    bias_correction1, bias_correction2 = 1 - beta1**step, 1 - beta2**step
+    # the variance rectification: the adaptive step once the approximated SMA length rho_t passes 5, plain momentum
+    # before (a blend of the two, not a branch: no host read)
+    rho_inf = 2 / (1 - beta2) - 1
+    rho_t = rho_inf - 2 * step * beta2**step / bias_correction2
+    rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)).clamp(min=0).sqrt()
+    rectified = (rho_t > 5).float()
+    # step = lr / bias_correction1 * exp_avg * (rect * sqrt(bias_correction2) / (sqrt(exp_avg_sq) + eps)), or 1 for the
+    # factor in brackets while not rectified
+    factor = torch._foreach_reciprocal(torch._foreach_add(torch._foreach_sqrt(radam["exp_avg_sq"]), eps))
+    torch._foreach_mul_(factor, rectified * rect * bias_correction2.sqrt())
+    torch._foreach_add_(factor, 1 - rectified)
+    torch._foreach_mul_(factor, radam["exp_avg"])
+    torch._foreach_mul_(factor, -radam["lr"] / bias_correction1)
+    torch._foreach_add_(radam["params"], factor)
+
+
+def update(q_network, radam, obs, actions, returns, mb_inds, max_grad_norm):
+    """One gradient step on the minibatch mb_inds of the flat batch (obs, actions, returns); returns the stacked (TD
+    loss, mean Q of the actions taken)."""
+    # trick: the minibatch is gathered here, inside the compiled (and captured) update: its indices are its only input
+    obs, actions, returns = obs[mb_inds], actions[mb_inds], returns[mb_inds]
+    old_val = q_network(obs).gather(1, actions[:, None]).squeeze(1)
+    loss = F.mse_loss(returns, old_val)
+
+    # optimize the model
+    # trick: the gradients from torch.autograd.grad, not backward() into .grad: traced into the compiled graph (see
+    # main), with no .grad to zero
+    radam_step(radam, torch.autograd.grad(loss, radam["params"]), max_grad_norm)
+    # trick: one stacked output for the logged scalars: a CUDA graph replay clones one tensor out, not two
+    return torch.stack([loss.detach(), old_val.mean().detach()])
+
+
+def check_args(args):
+    """Reject bad input before any training."""
+    positive = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "max_grad_norm")
+    bk.check_flags(__file__, args, positive)
+    if args.eval_checkpoint is not None:
+        if not 0.0 <= args.eval_epsilon <= 1.0:
+            bk.fail(__file__, f"--eval-epsilon must be in [0, 1], got {args.eval_epsilon}")
+        return
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches:
+        bk.fail(__file__, f"--num-minibatches {args.num_minibatches} must divide the batch (--num-envs * --num-steps = "
+             f"{batch_size})")  # fmt: skip
+    if args.total_timesteps < batch_size:
+        bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one iteration (--num-envs * "
+             f"--num-steps = {batch_size})")  # fmt: skip
+    if not 0.0 < args.exploration_fraction <= 1.0:
+        bk.fail(__file__, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
+    for flag in ("start_e", "end_e", "gamma", "q_lambda"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            bk.fail(__file__, f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
+    bk.check_gym_env(__file__, args.env_id, gym.spaces.Discrete, "CartPole-v1")
+    if not isinstance(gym.make(args.env_id).observation_space, gym.spaces.Box):  # e.g. FrozenLake's Discrete states
+        bk.fail(__file__, f"--env-id {args.env_id} has no vector observations, the wrong family (try CartPole-v1)")
+
+
+def evaluate(args, device):
+    """Play args.eval_episodes episodes epsilon-greedily (args.eval_epsilon) with a saved Q-network."""
+    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
+    weight = checkpoint["model"].get("network.1.weight")  # the first LayerNorm's: DQN's and the Atari nets have none
+    if "q_lambda" not in checkpoint["args"] or weight is None or weight.dim() != 1:
+        bk.fail(__file__, f"--eval-checkpoint {args.eval_checkpoint} is not a checkpoint of this script")
+    args.env_id = checkpoint["args"]["env_id"]
+    torch.manual_seed(args.seed)  # the exploration coins
+    with bk.Run(__file__, args, device, burnin=0, mode="eval") as run:
+        envs = make_envs(args.env_id, 1, run.videos)
+        q_network = QNetwork(envs.single_observation_space.shape[0], int(envs.single_action_space.n)).to(device)
+        q_network.load_state_dict(checkpoint["model"])
+
+        def act(obs):
+            with torch.no_grad():
+                obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+                return epsilon_greedy(q_network, obs, args.eval_epsilon)[0].cpu().numpy()
+
+        run.play(envs, act, lambda *step: [r for r, _ in bk.gym_episodes(step[-1])], args.eval_episodes, seed=args.seed)
+
+
+def main(args):
+    check_args(args)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if args.eval_checkpoint is not None:
+        return evaluate(args, device)
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    # trick: TF32 matmuls on GPUs that have them
+    torch.set_float32_matmul_precision("high")
+
+    with bk.Run(__file__, args, device) as run:
+        # env setup
+        envs = make_envs(args.env_id, args.num_envs, run.videos)
+        obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
+
+        # agent setup
+        q_network = QNetwork(obs_dim, n_actions).to(device)
+        # trick: the lr is a device tensor annealed in place: no compiled or CUDA graph is rebuilt for it
+        optimizer = make_radam(list(q_network.parameters()), lr=torch.tensor(args.learning_rate, device=device))
+
+        # storage setup
+        # trick: T + 1 rows, each written in place where the data lands, and what the env returns at step t
+        # (observation, reward, done flag) is one row t + 1 of one tensor: obs, rewards and dones are views of it. Row T
+        # is the bootstrap input and becomes row 0 of the next rollout. No per-step tensors to stack
+        env_out = torch.zeros((args.num_steps + 1, args.num_envs, obs_dim + 2), device=device)
+        obs, rewards, dones = env_out[..., :obs_dim], env_out[..., obs_dim], env_out[..., obs_dim + 1]
+        actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+        values = torch.zeros((args.num_steps, args.num_envs), device=device)
+        returns = torch.zeros((args.num_steps, args.num_envs), device=device)
+        # trick: numpy writes the env's arrays into a host copy of that tensor (no torch op per array); on CPU the host
+        # copy is the storage itself, on CUDA it is pinned (a non_blocking copy from pageable memory would wait for the
+        # transfer) and each row goes to the device in one copy, not three, ordered before the policy step that reads it
+        host = env_out if device.type == "cpu" else torch.zeros(env_out.shape, pin_memory=True)
+        host_np = host.numpy()
+        step_index, epsilon_t = torch.arange(args.num_steps, device=device), torch.ones((), device=device)
+
+        # trick: torch.compile fuses the many small kernels of the policy step, the returns and the update, and removes
+        # most of their Python overhead; CudaGraphModule records each as a CUDA graph and replays it with one launch.
+        # The storage, the flat batch (views of it) and the non-tensor arguments are bound once with partial: no graph
+        # copies them, and a CUDA graph takes only tensors (here an index tensor or nothing). The warmup calls run
+        # before the graph is recorded, so the compiler has finished and the compiler has made its kernels by then.
+        policy, returns_fn, update_fn = policy_step, returns_of_rollout, update
+        if args.compile:
+            # trick: with trace_autograd_ops, torch.compile traces torch.autograd.grad into the graph: the update (its
+            # gradients, clipping and RAdam step included) is one graph with no break, one call with no frames resumed
+            # in Python, and no activations saved between a forward and a backward graph
+            torch._dynamo.config.trace_autograd_ops = True
+            returns_fn, update_fn = torch.compile(returns_fn, fullgraph=True), torch.compile(update_fn, fullgraph=True)
+        if args.compile and device.type == "cuda":
+            # trick: the policy step only on CUDA, where it fuses kernels and feeds the CUDA graph. On a CPU a
+            # compiled call's fixed cost (guards, wrappers) exceeds what it saves on a 4-row MLP forward: eager there
+            policy = torch.compile(policy, fullgraph=True)
+        policy = partial(policy, q_network, obs, actions, values, epsilon_t)
+        returns_fn = partial(returns_fn, q_network, obs, rewards, dones, values, returns, args.gamma, args.q_lambda)
+        update_fn = partial(update_fn, q_network, optimizer, obs[:-1].flatten(0, 1), actions.view(-1), returns.view(-1),
+                            max_grad_norm=args.max_grad_norm)  # fmt: skip
+        if args.cudagraphs:
+            policy = CudaGraphModule(policy, warmup=5)
+            returns_fn = CudaGraphModule(returns_fn, warmup=5)
+            update_fn = CudaGraphModule(update_fn, warmup=5)
+
+        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
+        # TRY NOT TO MODIFY: start the game
+        global_step = 0
+        next_obs, _ = envs.reset(seed=args.seed)
+        host_np[-1, :, :obs_dim] = next_obs  # the first rollout's row 0; not done
+        env_out[-1].copy_(host[-1])
+
+        for iteration in run.progress(range(1, num_iterations + 1)):
+            # Annealing the rate if instructed to do so.
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / num_iterations
+                optimizer["lr"].fill_(frac * args.learning_rate)
+            env_out[0] = env_out[-1]
+
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
+
+                # ALGO LOGIC: action logic
+                duration = args.exploration_fraction * args.total_timesteps
+                epsilon = linear_schedule(args.start_e, args.end_e, duration, global_step)
+                epsilon_t.fill_(epsilon)
+                action = policy(step_index[step : step + 1])
+
+                # TRY NOT TO MODIFY: execute the game and log data.
+                next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                # as CleanRL: a truncated episode (CartPole's 500-step limit) ends the bootstrap as a terminated one
+                row = host_np[step + 1]
+                row[:, :obs_dim], row[:, obs_dim], row[:, obs_dim + 1] = next_obs, reward, terminations | truncations
+                if host is not env_out:
+                    env_out[step + 1].copy_(host[step + 1], non_blocking=True)
+
+                for episodic_return, episodic_length in bk.gym_episodes(infos):
+                    run.episode(global_step, episodic_return, episodic_length)
+            run.fields["epsilon"] = epsilon  # the results line reports the last one
+
+            # Compute Q(lambda) targets
+            returns_fn()
+
+            # Optimizing the Q-network
+            for _epoch in range(args.update_epochs):
+                # trick: shuffle on the device (no index upload), and no host read here: the losses stay on the device
+                for mb_inds in torch.randperm(batch_size, device=device).split(minibatch_size):
+                    td_loss, q_values = update_fn(mb_inds)
+
+            # log point, as CleanRL's: the last minibatch's losses, one read an iteration; stop on a non-finite one
+            logged = {"learning_rate": optimizer["lr"]}
+            losses = run.check_finite(global_step, {"td_loss": td_loss, "q_values": q_values}, unchecked=logged)
+            run.tick(global_step)
+            run.report(global_step, {"losses/td_loss": losses["td_loss"], "losses/q_values": losses["q_values"],
+                                     "charts/learning_rate": losses["learning_rate"]})  # fmt: skip
+
+        envs.close()
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
