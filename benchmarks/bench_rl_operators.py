@@ -9,7 +9,7 @@ graph, and writes the report.
 
 Run::
 
-    python benchmarks/rl_ops.py [--quick] [--out benchmarks/results] [--device cpu|cuda] [--reps N]
+    python benchmarks/bench_rl_operators.py [--quick] [--out benchmarks/results] [--device cpu|cuda] [--reps N]
                                 [--ops gae,vtrace] [--budget SECONDS] [--threads N] [--no-compile]
 
 It writes ``<out>/rl_ops_<device-tag>.md`` and ``.json``, stamped with the machine (device, CPU model,
@@ -764,7 +764,7 @@ def main(argv=None):
     report = {
         "machine": info,
         "quick": args.quick,
-        "command": "python benchmarks/rl_ops.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python benchmarks/bench_rl_operators.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "wall_s": time.perf_counter() - start,
         "rows": rows,
     }

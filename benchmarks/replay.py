@@ -50,7 +50,7 @@ import torch
 
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.rl_ops import (  # noqa: E402  (the machine stamp, timing and report policy are rl_ops')
+from benchmarks.bench_rl_operators import (  # noqa: E402  (its machine stamp, timing and report policy)
     FULL_OUT,
     QUICK_OUT,
     ROOT,

@@ -4,7 +4,7 @@ These are the operators HPC_RL (OpenDILab) hand-wrote fused CUDA kernels for: GA
 n-step TD (also with R2D2's value rescaling), C51's distributional n-step TD, V-trace, UPGO, the PPO loss,
 a layer-norm LSTM and a scatter. This file is the code to read: the loops, the vectorized forms and the
 solvers of the reverse linear recurrences (the twins inline the same recursive-doubling GAE).
-``benchmarks/rl_ops.py`` checks every form against a float64 reference and times it at HPC_RL's sizes.
+``benchmarks/bench_rl_operators.py`` checks every form against a float64 reference and times it at HPC_RL's sizes.
 
 Conventions shared by every operator
 ------------------------------------

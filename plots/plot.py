@@ -644,7 +644,7 @@ def main(argv=None):
     parser.add_argument("--readme", default=str(ROOT / "README.md"), help="README that --publish splices into")
     parser.add_argument("--plots-dir", default=str(ROOT / "plots"), help="where --publish copies table and PNGs")
     parser.add_argument("--published", default=str(PUBLISHED), help="CleanRL's returns (csv, --learning)")
-    parser.add_argument("--rl-ops", help="markdown table written by benchmarks/rl_ops.py to splice in")
+    parser.add_argument("--rl-ops", help="markdown table written by benchmarks/bench_rl_operators.py to splice in")
     parser.add_argument("--replay", help="markdown table written by benchmarks/replay.py to splice in")
     parser.add_argument("--steady", help="markdown table written by benchmarks/steady.py to splice into --readme")
     parser.add_argument(

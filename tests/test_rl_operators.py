@@ -1,4 +1,4 @@
-"""benchmarks/rl_operators.py, timed by rl_ops.py: every form of every operator against a float64 reference.
+"""benchmarks/rl_operators.py, timed by bench_rl_operators.py: every form of every operator against a float64 reference.
 
 The references here are written from the definitions, scalar by scalar (plain Python loops over time),
 in float64; gradients come from float64 autograd of the reference loss. Forms: the Python loop, every
@@ -17,11 +17,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks import rl_operators, rl_ops
+from benchmarks import bench_rl_operators as bench
+from benchmarks import rl_operators
 from tests.reference import gae_reference, ppo_loss_reference
 
 ROOT = Path(__file__).resolve().parents[1]
-OPS = rl_ops.operators()
+OPS = bench.operators()
 GAMMA, LAM = 0.99, 0.95
 
 # Two small sizes per operator, with episode ends. T=33 crosses a 32-step chunk and is no power of 2
@@ -52,9 +53,9 @@ def inputs_for(op_name, size, seed=0):
     """(args, grad argnums, cotangent) as the benchmark builds them; the LSTM with small dimensions."""
     if op_name == "lstm":
         g = torch.Generator().manual_seed(seed)
-        args, grad_argnums, cot = rl_ops._lstm_inputs(rl_ops.parse_size(size), g, **SMALL_LSTM)
+        args, grad_argnums, cot = bench._lstm_inputs(bench.parse_size(size), g, **SMALL_LSTM)
         return args, grad_argnums, cot
-    return rl_ops.make_inputs(OPS[op_name], size, seed=seed)
+    return bench.make_inputs(OPS[op_name], size, seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -116,7 +117,7 @@ def qntd_reference(q, next_n_q, action, next_n_action, reward, done, weight, res
 
 
 def c51_reference(
-    probs, reward_sum, discount, atoms=rl_ops.C51_ATOMS, v_min=rl_operators.C51_VMIN, v_max=rl_operators.C51_VMAX
+    probs, reward_sum, discount, atoms=bench.C51_ATOMS, v_min=rl_operators.C51_VMIN, v_max=rl_operators.C51_VMAX
 ):
     """Dopamine-style projection: split between floor and ceil; all mass on l when floor == ceil."""
     dz = (v_max - v_min) / (atoms - 1)
@@ -308,9 +309,9 @@ _COMPILED = {}
 def compiled_form(op_name):
     """The CPU compiled form, compiled once per operator with dynamic shapes (both sizes share it)."""
     if op_name not in _COMPILED:
-        rl_ops.configure_compile()
+        bench.configure_compile()
         op = OPS[op_name]
-        _COMPILED[op_name] = rl_ops.compile_form(op, op.compile_candidates[0], dynamic=True)
+        _COMPILED[op_name] = bench.compile_form(op, op.compile_candidates[0], dynamic=True)
     return _COMPILED[op_name]
 
 
@@ -328,7 +329,7 @@ CASES = [(op, size, form) for op in SIZES for size in SIZES[op] for form, _ in f
 def check_against_reference(op_name, size, fn):
     args, grad_argnums, cotangent = inputs_for(op_name, size)
     ref_outputs, ref_grads = reference(op_name, args, cotangent)
-    results = rl_ops.make_step(fn, args, grad_argnums, cotangent)()
+    results = bench.make_step(fn, args, grad_argnums, cotangent)()
     outputs, grads = results[: len(results) - len(grad_argnums)], results[len(results) - len(grad_argnums) :]
     assert len(outputs) >= len(ref_outputs)
     for i, (got, want) in enumerate(zip(outputs, ref_outputs)):
@@ -444,13 +445,13 @@ def test_c51_projection_exact_atom_targets_lose_no_mass(project):
 
 def test_hpc_rl_table_is_in_the_repository_with_its_source():
     """The V100 figures the benchmark compares against live in the repository (a clone has no ../shared)."""
-    text = rl_ops.HPC_RL_CSV.read_text()
-    assert rl_ops.HPC_RL_CSV.parent == ROOT / "benchmarks"
+    text = bench.HPC_RL_CSV.read_text()
+    assert bench.HPC_RL_CSV.parent == ROOT / "benchmarks"
     assert "Source: HPC_RL" in text and "32 GB V100" in text
-    assert len(rl_ops.HPC_RL_V100) == 56 and all(pt > 0 and fused > 0 for *_, pt, fused in rl_ops.HPC_RL_V100)
-    assert ("gae", "T=1024,B=64", 65850, 240) in rl_ops.HPC_RL_V100  # the spec's GAE target row
-    assert ("vtrace", "T=128,B=128,N=128", 11095, 459) in rl_ops.HPC_RL_V100  # and its V-trace one
-    assert {op for op, *_ in rl_ops.HPC_RL_V100} | {"vtrace_returns", "upgo_returns"} == set(OPS)
+    assert len(bench.HPC_RL_V100) == 56 and all(pt > 0 and fused > 0 for *_, pt, fused in bench.HPC_RL_V100)
+    assert ("gae", "T=1024,B=64", 65850, 240) in bench.HPC_RL_V100  # the spec's GAE target row
+    assert ("vtrace", "T=128,B=128,N=128", 11095, 459) in bench.HPC_RL_V100  # and its V-trace one
+    assert {op for op, *_ in bench.HPC_RL_V100} | {"vtrace_returns", "upgo_returns"} == set(OPS)
 
 
 def test_hpc_rl_table_matches_the_anchor_csv():
@@ -460,52 +461,52 @@ def test_hpc_rl_table_matches_the_anchor_csv():
         pytest.skip("anchors csv not beside the checkout (the repository's copy is checked above)")
     with path.open() as fh:
         rows = [(r["operator"], r["size"], int(r["pytorch_us"]), int(r["hpc_rl_us"])) for r in csv.DictReader(fh)]
-    ours = [(rl_ops.CSV_NAMES.get(op, op), size, pt, fused) for op, size, pt, fused in rl_ops.HPC_RL_V100]
+    ours = [(bench.CSV_NAMES.get(op, op), size, pt, fused) for op, size, pt, fused in bench.HPC_RL_V100]
     assert sorted(ours) == sorted(rows)
-    data_lines = [line for line in rl_ops.HPC_RL_CSV.read_text().splitlines() if not line.startswith("#")]
+    data_lines = [line for line in bench.HPC_RL_CSV.read_text().splitlines() if not line.startswith("#")]
     assert data_lines == path.read_text().splitlines()
 
 
 def test_every_benchmark_size_builds_valid_inputs():
     """Full-size rows parse and map to operators; inputs are built for the cheap ones."""
-    for op_name, size, _, _ in rl_ops.benchmark_sizes(quick=False, names=None):
-        dims = rl_ops.parse_size(size)
+    for op_name, size, _, _ in bench.benchmark_sizes(quick=False, names=None):
+        dims = bench.parse_size(size)
         assert op_name in OPS and dims
-    args, _, _ = rl_ops.make_inputs(OPS["dntd"], "T=16,B=128,N=128")
+    args, _, _ = bench.make_inputs(OPS["dntd"], "T=16,B=128,N=128")
     assert args[0].shape == (128, 128, 51)
 
 
 def test_quick_run_writes_well_formed_table_and_json(tmp_path):
-    assert rl_ops.main(["--quick", "--out", str(tmp_path), "--no-compile", "--budget", "0.02", "--reps", "5"]) == 0
-    check_outputs(tmp_path, expected_rows=len(rl_ops.QUICK_SIZES), compiled=False, tag="cpu_quick")
+    assert bench.main(["--quick", "--out", str(tmp_path), "--no-compile", "--budget", "0.02", "--reps", "5"]) == 0
+    check_outputs(tmp_path, expected_rows=len(bench.QUICK_SIZES), compiled=False, tag="cpu_quick")
 
 
 def test_quick_runs_go_to_scratch_and_never_replace_a_full_report(tmp_path, capsys):
     # from any working directory, a quick run's default folder is the git-ignored runs/, a full run's the committed one
-    assert Path(rl_ops.parse_args(["--quick"]).out) == ROOT / "runs" / "benchmarks"
-    assert Path(rl_ops.parse_args([]).out) == ROOT / "benchmarks" / "results"
+    assert Path(bench.parse_args(["--quick"]).out) == ROOT / "runs" / "benchmarks"
+    assert Path(bench.parse_args([]).out) == ROOT / "benchmarks" / "results"
     full = {"machine": {"device": "cpu"}, "quick": False, "command": "full", "wall_s": 851.0, "rows": []}
     for name in ("rl_ops_cpu.json", "rl_ops_cpu_quick.json"):
         (tmp_path / name).write_text(json.dumps(full))
     (tmp_path / "rl_ops_cpu.md").write_text("the full table\n")
     quick = ["--quick", "--out", str(tmp_path), "--no-compile", "--budget", "0.02", "--reps", "1", "--ops", "gae"]
-    assert rl_ops.main([*quick, "--tag", "cpu"]) == 2
-    assert rl_ops.main(quick) == 2  # a full run saved under the quick name is not replaced either
+    assert bench.main([*quick, "--tag", "cpu"]) == 2
+    assert bench.main(quick) == 2  # a full run saved under the quick name is not replaced either
     assert "holds a full run" in capsys.readouterr().err
     assert json.loads((tmp_path / "rl_ops_cpu.json").read_text()) == full
     assert (tmp_path / "rl_ops_cpu.md").read_text() == "the full table\n"
     # a quick report may replace a quick one
-    assert rl_ops.main([*quick, "--tag", "cpu_scratch"]) == 0
-    assert rl_ops.main([*quick, "--tag", "cpu_scratch"]) == 0
+    assert bench.main([*quick, "--tag", "cpu_scratch"]) == 0
+    assert bench.main([*quick, "--tag", "cpu_scratch"]) == 0
     assert json.loads((tmp_path / "rl_ops_cpu_scratch.json").read_text())["quick"] is True
 
 
 def test_quick_run_with_compile_in_parts_then_merged(tmp_path):
     common = ["--quick", "--out", str(tmp_path), "--budget", "0.02", "--reps", "5", "--threads", "1"]
-    assert rl_ops.main([*common, "--ops", "gae", "--tag", "cpu_part1"]) == 0
-    assert rl_ops.main([*common, "--ops", "scatter", "--tag", "cpu_part2"]) == 0
+    assert bench.main([*common, "--ops", "gae", "--tag", "cpu_part1"]) == 0
+    assert bench.main([*common, "--ops", "scatter", "--tag", "cpu_part2"]) == 0
     parts = [str(tmp_path / f"rl_ops_cpu_part{i}.json") for i in (1, 2)]
-    assert rl_ops.main(["--merge", *parts, "--out", str(tmp_path)]) == 0
+    assert bench.main(["--merge", *parts, "--out", str(tmp_path)]) == 0
     check_outputs(tmp_path, expected_rows=3, compiled=True)
     report = json.loads((tmp_path / "rl_ops_cpu.json").read_text())
     assert [r["operator"] for r in report["rows"]] == ["gae", "gae", "scatter"]
@@ -535,15 +536,16 @@ def check_outputs(out, expected_rows, compiled, tag="cpu"):
 
 
 def test_bad_flags_exit_2(capsys):
-    assert rl_ops.main(["--ops", "nope"]) == 2
+    assert bench.main(["--ops", "nope"]) == 2
     assert "--ops" in capsys.readouterr().err
     if not torch.cuda.is_available():
-        assert rl_ops.main(["--device", "cuda"]) == 2
+        assert bench.main(["--device", "cuda"]) == 2
         assert "CUDA" in capsys.readouterr().err
 
 
 def test_import_does_no_work(tmp_path):
-    code = "import sys; sys.path.insert(0, sys.argv[1]); import benchmarks.rl_ops as m; print(len(vars(m)) > 10)"
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import benchmarks.bench_rl_operators as m; "
+    code += "print(len(vars(m)) > 10)"
     proc = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "True" and not proc.stderr.strip()
     assert list(tmp_path.iterdir()) == []
