@@ -46,7 +46,7 @@ class Args:
     """where the run appends its one JSON results line"""
     # 8: the twin captures each CUDA graph at its 5th call: the returns' (one call an iteration) in iteration 5
     measure_burnin: int = 8
-    """iterations left out of steps/s (compilation and CUDA-graph capture happen in them)"""
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10

@@ -19,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 from tensordict.nn import CudaGraphModule
+from torch.optim.radam import radam
 
 from leanrl import bookkeeping as bk
 
@@ -47,7 +48,7 @@ class Args:
     """where the run appends its one JSON results line"""
     # 8: the twin captures each CUDA graph at its 5th call: the returns' (one call an iteration) in iteration 5
     measure_burnin: int = 8
-    """iterations left out of steps/s (compilation and CUDA-graph capture happen in them)"""
+    """iterations after learning starts left out of steps/s (compilation and CUDA-graph capture happen in them)"""
     eval_checkpoint: str | None = None
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
@@ -185,45 +186,17 @@ def returns_of_rollout(q_network, obs, rewards, dones, values, returns, gamma, q
         returns.copy_(q_lambda_returns(rewards[1:], values, dones[:-1], next_value, dones[-1], gamma, q_lambda))
 
 
-def make_radam(params, lr):
-    """RAdam's state for a list of parameters, with torch.optim.RAdam's defaults (betas 0.9, 0.999, eps 1e-8)."""
-    # trick: the gradient clipping and RAdam as tensor ops on the device (its step count a device tensor), so that a
-    # step is part of the compiled graph: torch.optim's step breaks the graph on purpose. Inductor fuses it with the
-    # rest of the update
-    return dict(
-        params=params, lr=lr, step=torch.zeros((), device=params[0].device),
-        exp_avg=[torch.zeros_like(p) for p in params], exp_avg_sq=[torch.zeros_like(p) for p in params],
-    )  # fmt: skip
+def make_radam(params, lr, capturable):
+    """The state of torch.optim.RAdam (its defaults) for a list of parameters, for torch.optim.radam.radam."""
+    # trick: RAdam's state by hand, and its step by torch.optim's functional radam inside the compiled update:
+    # Optimizer.step breaks the graph on purpose, the function it calls does not. Capturable: the step counts are
+    # device tensors and rectifying is a torch.where, not a host branch (one graph, no sync)
+    zeros = [torch.zeros_like(p) for p in params]
+    steps = [torch.zeros((), device=params[0].device) for _ in params]
+    return dict(params=params, lr=lr, capturable=capturable, state=(zeros, [z.clone() for z in zeros], steps))
 
 
-@torch.no_grad()
-def radam_step(radam, grads, max_grad_norm, beta1=0.9, beta2=0.999, eps=1e-8):
-    """nn.utils.clip_grad_norm_ on the grads, then one step of torch.optim.RAdam (no weight decay), in place."""
-    total_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    grads = torch._foreach_mul(grads, (max_grad_norm / (total_norm + 1e-6)).clamp(max=1.0))
-    radam["step"] += 1
-    step = radam["step"]
-    torch._foreach_lerp_(radam["exp_avg"], grads, 1 - beta1)
-    torch._foreach_mul_(radam["exp_avg_sq"], beta2)
-    torch._foreach_addcmul_(radam["exp_avg_sq"], grads, grads, 1 - beta2)
-    bias_correction1, bias_correction2 = 1 - beta1**step, 1 - beta2**step
-    # the variance rectification: the adaptive step once the approximated SMA length rho_t passes 5, plain momentum
-    # before (a blend of the two, not a branch: no host read)
-    rho_inf = 2 / (1 - beta2) - 1
-    rho_t = rho_inf - 2 * step * beta2**step / bias_correction2
-    rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)).clamp(min=0).sqrt()
-    rectified = (rho_t > 5).float()
-    # step = lr / bias_correction1 * exp_avg * (rect * sqrt(bias_correction2) / (sqrt(exp_avg_sq) + eps)), or 1 for the
-    # factor in brackets while not rectified
-    factor = torch._foreach_reciprocal(torch._foreach_add(torch._foreach_sqrt(radam["exp_avg_sq"]), eps))
-    torch._foreach_mul_(factor, rectified * rect * bias_correction2.sqrt())
-    torch._foreach_add_(factor, 1 - rectified)
-    torch._foreach_mul_(factor, radam["exp_avg"])
-    torch._foreach_mul_(factor, -radam["lr"] / bias_correction1)
-    torch._foreach_add_(radam["params"], factor)
-
-
-def update(q_network, radam, obs, actions, returns, mb_inds, max_grad_norm):
+def update(q_network, optimizer, obs, actions, returns, mb_inds, max_grad_norm):
     """One gradient step on the minibatch mb_inds of the flat batch (obs, actions, returns); returns the stacked (TD
     loss, mean Q of the actions taken)."""
     # trick: the minibatch is gathered here, inside the compiled (and captured) update: its indices are its only input
@@ -232,9 +205,15 @@ def update(q_network, radam, obs, actions, returns, mb_inds, max_grad_norm):
     loss = F.mse_loss(returns, old_val)
 
     # optimize the model
-    # trick: the gradients from torch.autograd.grad, not backward() into .grad: traced into the compiled graph (see
-    # main), with no .grad to zero
-    radam_step(radam, torch.autograd.grad(loss, radam["params"]), max_grad_norm)
+    # trick: the grads are set to None by hand, as zero_grad does: torch.compile does not trace Optimizer.zero_grad
+    for param in q_network.parameters():
+        param.grad = None
+    loss.backward()
+    nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
+    with torch.no_grad():
+        params = optimizer["params"]
+        radam(params, [p.grad for p in params], *optimizer["state"], lr=optimizer["lr"], beta1=0.9, beta2=0.999,
+              eps=1e-8, weight_decay=0.0, capturable=optimizer["capturable"], foreach=True)  # fmt: skip
     # trick: one stacked output for the logged scalars: a CUDA graph replay clones one tensor out, not two
     return torch.stack([loss.detach(), old_val.mean().detach()])
 
@@ -309,8 +288,10 @@ def main(args):
 
         # agent setup
         q_network = QNetwork(obs_dim, n_actions).to(device)
-        # trick: the lr is a device tensor annealed in place: no compiled or CUDA graph is rebuilt for it
-        optimizer = make_radam(list(q_network.parameters()), lr=torch.tensor(args.learning_rate, device=device))
+        # trick: the lr is a device tensor annealed in place: no compiled or CUDA graph is rebuilt for it. RAdam is
+        # capturable on CUDA, compiled or captured (an eager CPU step refuses it: there it reads its step count)
+        lr, capturable = torch.tensor(args.learning_rate, device=device), device.type == "cuda" or args.cudagraphs
+        optimizer = make_radam(list(q_network.parameters()), lr, capturable or args.compile)
 
         # storage setup
         # trick: T + 1 rows, each written in place where the data lands, and what the env returns at step t
@@ -335,7 +316,7 @@ def main(args):
         # before the graph is recorded, so the compiler has finished and the compiler has made its kernels by then.
         policy, returns_fn, update_fn = policy_step, returns_of_rollout, update
         if args.compile:
-            # trick: with trace_autograd_ops, torch.compile traces torch.autograd.grad into the graph: the update (its
+            # trick: with trace_autograd_ops, torch.compile traces backward() into the graph: the update (its
             # gradients, clipping and RAdam step included) is one graph with no break, one call with no frames resumed
             # in Python, and no activations saved between a forward and a backward graph
             torch._dynamo.config.trace_autograd_ops = True
