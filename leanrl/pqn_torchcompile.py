@@ -148,10 +148,9 @@ def q_lambda_returns(rewards, values, dones, next_value, next_done, gamma, q_lam
     begins an episode); the last step bootstraps from next_value (max_a Q of the obs after the rollout) alone."""
     nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
     nextvalues = torch.cat([values[1:], next_value[None]])
-    # trick: Q(lambda) is the reverse linear recurrence R[t] = a[t] + coef[t] * R[t + 1], with a row T appended that
-    # holds R[T] = next_value (then R[T - 1] bootstraps from it alone). Recursive doubling solves it in log2(T + 1)
-    # vectorized steps instead of T sequential ones (8 instead of 128 here): after step k, R[t] sums 2**k terms and
-    # coef[t] is the product of 2**k coefficients; both are zero past the end.
+    # trick: Q(lambda) is the reverse linear recurrence R[t] = a[t] + coef[t] * R[t + 1], a row R[T] = next_value
+    # appended. Recursive doubling solves it in log2(T + 1) vectorized steps, not T sequential ones (8, not 128 here):
+    # after step k, R[t] sums 2**k terms and coef[t] is the product of 2**k coefficients; both are zero past the end.
     returns = torch.cat([rewards + gamma * (1 - q_lambda) * nextnonterminal * nextvalues, next_value[None]])
     coef = torch.cat([gamma * q_lambda * nextnonterminal, torch.zeros_like(next_value)[None]])
     shift = 1
@@ -167,23 +166,19 @@ def policy_step(q_network, obs, actions, values, epsilon, step):
     """The rollout's policy step at `step` (a 1-element index tensor): epsilon-greedy on obs[step], the action and the
     max-Q value written into their (T, B) storage in place; returns the actions."""
     # trick: the step is an index tensor and the storage is written here: one graph serves every step, its input 8
-    # bytes; epsilon is a device tensor written in place, so a new value recompiles nothing
+    # bytes; epsilon is a device tensor written in place: a new value recompiles nothing
     with torch.no_grad():
         action, values[step] = epsilon_greedy(q_network, obs[step].flatten(0, 1), epsilon)
         actions[step] = action
     return action
 
 
-def returns_of_rollout(q_network, obs, rewards, dones, values, returns, gamma, q_lambda):
-    """The bootstrap value of obs[T] and the Q(lambda) returns over the rollout storage, written into returns.
-
-    obs, rewards and dones hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done
-    flag), row 0 is the last row of the previous rollout.
-    """
+def returns_of_rollout(q_network, rewards, dones, values, returns, gamma, q_lambda, next_obs, next_done):
+    """The bootstrap value of next_obs and the Q(lambda) returns of the rollout storage, written into returns."""
     # trick: the bootstrap value and the returns are one function of the storage, compiled (and captured) as one
     with torch.no_grad():
-        next_value = q_network(obs[-1]).max(dim=1).values
-        returns.copy_(q_lambda_returns(rewards[1:], values, dones[:-1], next_value, dones[-1], gamma, q_lambda))
+        next_value = q_network(next_obs).max(dim=1).values
+        returns.copy_(q_lambda_returns(rewards, values, dones, next_value, next_done, gamma, q_lambda))
 
 
 def make_radam(params, lr, capturable):
@@ -294,40 +289,30 @@ def main(args):
         optimizer = make_radam(list(q_network.parameters()), lr, capturable or args.compile)
 
         # storage setup
-        # trick: T + 1 rows, each written in place where the data lands, and what the env returns at step t
-        # (observation, reward, done flag) is one row t + 1 of one tensor: obs, rewards and dones are views of it. Row T
-        # is the bootstrap input and becomes row 0 of the next rollout. No per-step tensors to stack
-        env_out = torch.zeros((args.num_steps + 1, args.num_envs, obs_dim + 2), device=device)
-        obs, rewards, dones = env_out[..., :obs_dim], env_out[..., obs_dim], env_out[..., obs_dim + 1]
+        obs = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
         actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+        rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+        dones = torch.zeros((args.num_steps, args.num_envs), device=device)
         values = torch.zeros((args.num_steps, args.num_envs), device=device)
         returns = torch.zeros((args.num_steps, args.num_envs), device=device)
-        # trick: numpy writes the env's arrays into a host copy of that tensor (no torch op per array); on CPU the host
-        # copy is the storage itself, on CUDA it is pinned (a non_blocking copy from pageable memory would wait for the
-        # transfer) and each row goes to the device in one copy, not three, ordered before the policy step that reads it
-        host = env_out if device.type == "cpu" else torch.zeros(env_out.shape, pin_memory=True)
-        host_np = host.numpy()
         step_index, epsilon_t = torch.arange(args.num_steps, device=device), torch.ones((), device=device)
 
-        # trick: torch.compile fuses the many small kernels of the policy step, the returns and the update, and removes
-        # most of their Python overhead; CudaGraphModule records each as a CUDA graph and replays it with one launch.
-        # The storage, the flat batch (views of it) and the non-tensor arguments are bound once with partial: no graph
-        # copies them, and a CUDA graph takes only tensors (here an index tensor or nothing). The warmup calls run
-        # before the graph is recorded, so the compiler has finished and the compiler has made its kernels by then.
+        # trick: torch.compile fuses the small kernels of the policy step, the returns and the update and removes most
+        # of their Python overhead; CudaGraphModule replays each as one CUDA graph. The storage, the flat batch (views
+        # of it) and the non-tensor arguments are bound with partial: no graph copies them, a CUDA graph takes tensors
         policy, returns_fn, update_fn = policy_step, returns_of_rollout, update
         if args.compile:
-            # trick: with trace_autograd_ops, torch.compile traces backward() into the graph: the update (its
-            # gradients, clipping and RAdam step included) is one graph with no break, one call with no frames resumed
-            # in Python, and no activations saved between a forward and a backward graph
+            # trick: with trace_autograd_ops, torch.compile traces backward() into the graph: the update (gradients,
+            # clipping, RAdam) is one graph, one call with no frames resumed in Python and no activations saved between
             torch._dynamo.config.trace_autograd_ops = True
             returns_fn, update_fn = torch.compile(returns_fn, fullgraph=True), torch.compile(update_fn, fullgraph=True)
         if args.compile and device.type == "cuda":
-            # trick: the policy step only on CUDA, where it fuses kernels and feeds the CUDA graph. On a CPU a
-            # compiled call's fixed cost (guards, wrappers) exceeds what it saves on a 4-row MLP forward: eager there
+            # trick: the policy step only on CUDA: on a CPU a compiled call's fixed cost (guards, wrappers) exceeds
+            # what it saves on a 4-row MLP forward
             policy = torch.compile(policy, fullgraph=True)
         policy = partial(policy, q_network, obs, actions, values, epsilon_t)
-        returns_fn = partial(returns_fn, q_network, obs, rewards, dones, values, returns, args.gamma, args.q_lambda)
-        update_fn = partial(update_fn, q_network, optimizer, obs[:-1].flatten(0, 1), actions.view(-1), returns.view(-1),
+        returns_fn = partial(returns_fn, q_network, rewards, dones, values, returns, args.gamma, args.q_lambda)
+        update_fn = partial(update_fn, q_network, optimizer, obs.flatten(0, 1), actions.view(-1), returns.view(-1),
                             max_grad_norm=args.max_grad_norm)  # fmt: skip
         if args.cudagraphs:
             policy = CudaGraphModule(policy, warmup=5)
@@ -339,18 +324,19 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         next_obs, _ = envs.reset(seed=args.seed)
-        host_np[-1, :, :obs_dim] = next_obs  # the first rollout's row 0; not done
-        env_out[-1].copy_(host[-1])
+        next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+        next_done = torch.zeros(args.num_envs, device=device)
 
         for iteration in run.progress(range(1, num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / num_iterations
                 optimizer["lr"].fill_(frac * args.learning_rate)
-            env_out[0] = env_out[-1]
 
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
+                obs[step] = next_obs
+                dones[step] = next_done
 
                 # ALGO LOGIC: action logic
                 duration = args.exploration_fraction * args.total_timesteps
@@ -361,17 +347,17 @@ def main(args):
                 # TRY NOT TO MODIFY: execute the game and log data.
                 next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
                 # as CleanRL: a truncated episode (CartPole's 500-step limit) ends the bootstrap as a terminated one
-                row = host_np[step + 1]
-                row[:, :obs_dim], row[:, obs_dim], row[:, obs_dim + 1] = next_obs, reward, terminations | truncations
-                if host is not env_out:
-                    env_out[step + 1].copy_(host[step + 1], non_blocking=True)
+                next_done = np.logical_or(terminations, truncations)
+                rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+                next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+                next_done = torch.as_tensor(next_done, dtype=torch.float32, device=device)
 
                 for episodic_return, episodic_length in bk.gym_episodes(infos):
                     run.episode(global_step, episodic_return, episodic_length)
             run.fields["epsilon"] = epsilon  # the results line reports the last one
 
             # Compute Q(lambda) targets
-            returns_fn()
+            returns_fn(next_obs, next_done)
 
             # Optimizing the Q-network
             for _epoch in range(args.update_epochs):
