@@ -275,12 +275,9 @@ def normalize_over_ranks(advantages, world_size):
 def average_over_ranks(params, stats, world_size):
     """The mean over the ranks of every gradient (written into .grad) and of the logged numbers `stats` (a 1-D tensor,
     returned): one all-reduce."""
-    # trick: one flat buffer, one all-reduce per minibatch (one big message, not one per parameter). The losses ride
-    # along, so every rank reads the same numbers: the divergence check and --target-kl stop all ranks alike. A
-    # functional collective returns a new tensor instead of writing into its argument through a work handle, which
-    # is what lets torch.compile trace it: the all-reduce runs inside the compiled update (in the graph after
-    # backward()) and, under --cudagraphs, inside its CUDA graph: NCCL kernels can be captured once the communicator
-    # exists, which the weight broadcast sees to before the warm-up calls. gloo has no average op: sum, then divide
+    # trick: one flat buffer, one all-reduce per minibatch, the losses riding along so that every rank stops alike. A
+    # functional collective returns a new tensor: torch.compile traces it into the update and a CUDA graph captures
+    # it (docs/tricks.md: the all-reduce inside the graphs). gloo has no average op: sum, then divide
     grads = [param.grad for param in params]
     flat = torch.cat([grad.flatten() for grad in grads] + [stats])
     flat = funcol.all_reduce(flat, "sum", dist.group.WORLD) / world_size
@@ -451,11 +448,9 @@ def main(args):
         if world_size > 1:  # trick: every rank starts from rank 0's weights
             for param in agent.parameters():
                 dist.broadcast(param.data, src=0)
-        # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam updates every parameter
-        # in one multi-tensor kernel and keeps its step counts on the device. torch.compile does not trace into it:
-        # under --compile it runs as the same eager kernel between two graphs, which measured faster on CPU than the
-        # compiled unfused Adam and compiles sooner. capturable on CUDA whatever the flags, so a CUDA graph may replay
-        # its step (torch.compile would switch it on too, but not for a step taken before, eager, or a loaded state)
+        # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam: one multi-tensor
+        # kernel, its step counts on the device, capturable on CUDA whatever the flags so that a CUDA graph may replay
+        # its step (docs/tricks.md: fused Adam beside the compiled graphs)
         optimizer = optim.Adam(
             agent.parameters(),
             lr=torch.tensor(args.learning_rate, device=device),
@@ -584,10 +579,9 @@ def main(args):
             logs |= {"losses/value_loss": losses["value"], "losses/policy_loss": losses["policy"]}
             logs |= {f"losses/{name}": losses[name] for name in ("entropy", "old_approx_kl", "approx_kl", "clipfrac")}
             run.report(global_step, {**logs, "losses/explained_variance": explained_var})
-            # trick: a stop signal (a scheduler's SIGTERM, torchrun forwarding it, Ctrl-C) reaches the ranks at
-            # different points: they stop together at the end of the iteration, with the largest signal any of them
-            # got, so no rank waits in a collective for one that left, and rank 0 saves the weights they share. A rank
-            # that torchrun stops because another died fails in this collective instead: an error, as it is
+            # trick: a stop signal reaches the ranks at different points: they stop together at the end of the
+            # iteration, with the largest signal any of them got, so that no rank waits in a collective for one that
+            # left (docs/tricks.md: stopping the ranks together)
             if world_size > 1:
                 stop = torch.tensor(run.stop_signal or 0, device=device)
                 dist.all_reduce(stop, op=dist.ReduceOp.MAX)

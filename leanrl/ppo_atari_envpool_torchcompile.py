@@ -323,11 +323,9 @@ def main(args):
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
         agent = Agent(envs.action_space.n).to(device)
-        # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam updates every parameter
-        # in one multi-tensor kernel and keeps its step counts on the device. torch.compile does not trace into it:
-        # under --compile it runs as the same eager kernel between two graphs, which measured faster on CPU than the
-        # compiled unfused Adam and compiles sooner. capturable on CUDA whatever the flags, so a CUDA graph may replay
-        # its step (torch.compile would switch it on too, but not for a step taken before, eager, or a loaded state)
+        # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam: one multi-tensor
+        # kernel, its step counts on the device, capturable on CUDA whatever the flags so that a CUDA graph may replay
+        # its step (docs/tricks.md: fused Adam beside the compiled graphs)
         optimizer = optim.Adam(
             agent.parameters(),
             lr=torch.tensor(args.learning_rate, device=device),

@@ -383,11 +383,9 @@ def main(args):
         host_np = host.numpy()
         step_index = torch.arange(args.num_steps, device=device)
 
-        # trick: torch.compile fuses the many small kernels of the policy step, GAE and the update, and removes most
-        # of their Python overhead; CudaGraphModule records each as a CUDA graph and replays it with one launch. The
-        # storage, the flat batch (views of it) and the non-tensor arguments are bound once with partial: no graph
-        # copies them, and a CUDA graph takes only tensors (here an index tensor or nothing). The warmup calls run
-        # before the graph is recorded, so the compiler has finished and Adam has made its state by then.
+        # trick: torch.compile fuses the small kernels of the policy step, GAE and the update; CudaGraphModule replays
+        # each as one CUDA graph. Storage, flat batch and constants are bound once with partial: a graph copies none of
+        # them and takes only tensors. The warm-up calls compile and make Adam's state before the capture
         policy, advantages_fn, update_fn = policy_step, advantages_and_returns, update
         if args.compile:
             # trick: on CPU the policy step samples with aten's normal_ (fallback_random): inductor's own RNG goes

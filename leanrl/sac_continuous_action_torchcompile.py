@@ -86,17 +86,17 @@ class Args:
     """automatic tuning of the entropy coefficient (--no-autotune keeps --alpha fixed)"""
 
 
-def make_env(env_id, video_dir=None, **make_kwargs):
+def make_env(env_id, video_dir=None):
     """One env, its episodes' returns and lengths recorded; given a video_dir (--capture-video), it films them there."""
     with bk.mujoco_warning_dropped():
-        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None, **make_kwargs)
+        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None)
     return gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env)
 
 
-def make_envs(env_id, num_envs, video_dir=None, **kwargs):
+def make_envs(env_id, num_envs, video_dir=None):
     # gymnasium 1.x resets a finished env on the *next* step by default (that step is no transition). Here the reset
     # is in the same step: obs begins the new episode, infos["final_obs"] has the last obs, "final_info" its stats
-    envs = [lambda: make_env(env_id, video_dir, **kwargs)] + [lambda: make_env(env_id, **kwargs)] * (num_envs - 1)
+    envs = [lambda: make_env(env_id, video_dir)] + [lambda: make_env(env_id)] * (num_envs - 1)
     return gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)  # env 0 alone is filmed
 
 
@@ -227,12 +227,12 @@ def buffer_add(buffer, count, transition):
     return count + n
 
 
-def buffer_sample(buffer, count, batch_size, generator=None):
+def buffer_sample(buffer, count, batch_size):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = count.clamp(max=buffer["obs"].shape[0])
     # trick: torch.randint needs its bound on the host (a sync): wide random integers modulo the device-side size, as
     # exact (bias <= size / 2**62) as randint; a float32 draw times the size would favour rows, and skip some past 2**24
-    idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device, generator=generator) % size
+    idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device) % size
     return {key: value[idx] for key, value in buffer.items()}
 
 
@@ -303,9 +303,8 @@ def alpha_update(actor, log_alpha, a_optimizer, obs, target_entropy):
 def update_targets(targets, sources, tau):
     """target <- tau * online + (1 - tau) * target, over lists of tensors."""
     # trick: one fused multi-tensor lerp over all parameters, in place (a CUDA graph reads these very tensors). tau is
-    # a device tensor: 0 on the steps without a target update (lerp with weight 0 returns the target exactly), so
-    # those steps need no graph of their own. It goes in as a list of tensor weights: a lone tensor would bind to the
-    # Scalar overload, a host read (.item()) on every call
+    # a device tensor, 0 on the steps without a target update (lerp by 0 keeps the target exactly), given as a list
+    # of tensor weights: a lone tensor would bind to the Scalar overload, a host read (.item()) on every call
     with torch.no_grad():
         torch._foreach_lerp_(targets, sources, [tau] * len(targets))
 
@@ -416,12 +415,9 @@ def main(args):
         buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
         count = torch.zeros((), dtype=torch.long, device=device)
 
-        # trick: torch.compile fuses the small ops of the policy step and of the update (buffer write, sampling, critic,
-        # actor, temperature, targets); CudaGraphModule replays each as one CUDA graph (inputs copied in, outputs
-        # cloned out). Compiled first, then bound with partial to the modules, optimizers, buffer and constants: a graph
-        # takes only tensors (count, transition, tau). Two update graphs, with and without the actor and temperature
-        # steps (a masked step would still move Adam's state); each is captured at its 5th call, within the default
-        # --measure-burnin 100 for --policy-frequency up to 20 (the 4 calls before compile it and make Adam's state)
+        # trick: torch.compile fuses the small ops of the policy step and of the update; CudaGraphModule replays each as
+        # one CUDA graph. Compiled, then bound with partial: a graph takes only tensors (count, transition, tau). Two
+        # update graphs, with and without the actor and temperature steps (docs/tricks.md: two update graphs)
         policy_fn, add_fn, train_fn = act, buffer_add, train_step
         if args.compile:
             # trick: with trace_autograd_ops, torch.compile traces torch.autograd.grad into the graph: each variant

@@ -76,18 +76,18 @@ class Args:
     """noise clip parameter of the Target Policy Smoothing Regularization"""
 
 
-def make_env(env_id, video_dir=None, **make_kwargs):
+def make_env(env_id, video_dir=None):
     """One env, its episodes' returns and lengths recorded; given a video_dir (--capture-video), it films them there."""
     with bk.mujoco_warning_dropped():
-        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None, **make_kwargs)
+        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None)
     return gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env)
 
 
-def make_envs(env_id, num_envs, video_dir=None, **kwargs):
+def make_envs(env_id, num_envs, video_dir=None):
     # gymnasium 1.x resets a finished env on the *next* step by default (and that step is no transition). Here the
     # reset happens in the same step: the returned obs begins the new episode, the true last obs is in
     # infos["final_obs"], the episode's statistics in infos["final_info"]
-    envs = [lambda: make_env(env_id, video_dir, **kwargs)] + [lambda: make_env(env_id, **kwargs)] * (num_envs - 1)
+    envs = [lambda: make_env(env_id, video_dir)] + [lambda: make_env(env_id)] * (num_envs - 1)
     return gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)  # env 0 alone is filmed
 
 
@@ -183,10 +183,10 @@ def buffer_add(buffer, count, transition):
     return count + n
 
 
-def buffer_sample(buffer, count, batch_size, generator=None):
+def buffer_sample(buffer, count, batch_size):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = min(count, buffer["obs"].shape[0])
-    idx = torch.randint(0, size, (batch_size,), device=buffer["obs"].device, generator=generator)
+    idx = torch.randint(0, size, (batch_size,), device=buffer["obs"].device)
     return {key: value[idx] for key, value in buffer.items()}
 
 

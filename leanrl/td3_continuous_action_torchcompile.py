@@ -84,18 +84,18 @@ class Args:
     """noise clip parameter of the Target Policy Smoothing Regularization"""
 
 
-def make_env(env_id, video_dir=None, **make_kwargs):
+def make_env(env_id, video_dir=None):
     """One env, its episodes' returns and lengths recorded; given a video_dir (--capture-video), it films them there."""
     with bk.mujoco_warning_dropped():
-        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None, **make_kwargs)
+        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None)
     return gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env)
 
 
-def make_envs(env_id, num_envs, video_dir=None, **kwargs):
+def make_envs(env_id, num_envs, video_dir=None):
     # gymnasium 1.x resets a finished env on the *next* step by default (and that step is no transition). Here the
     # reset happens in the same step: the returned obs begins the new episode, the true last obs is in
     # infos["final_obs"], the episode's statistics in infos["final_info"]
-    envs = [lambda: make_env(env_id, video_dir, **kwargs)] + [lambda: make_env(env_id, **kwargs)] * (num_envs - 1)
+    envs = [lambda: make_env(env_id, video_dir)] + [lambda: make_env(env_id)] * (num_envs - 1)
     return gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)  # env 0 alone is filmed
 
 
@@ -212,12 +212,12 @@ def buffer_add(buffer, count, transition):
     return count + n
 
 
-def buffer_sample(buffer, count, batch_size, generator=None):
+def buffer_sample(buffer, count, batch_size):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = count.clamp(max=buffer["obs"].shape[0])
     # trick: torch.randint needs its bound on the host (a sync): exact integers in [0, 2**62) modulo the device-side
     # size instead (a row's odds off by size / 2**62 at most; float32 draws * size favour some of 1M rows by 6%)
-    idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device, generator=generator) % size
+    idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device) % size
     return {key: value[idx] for key, value in buffer.items()}
 
 
@@ -403,14 +403,9 @@ def main(args):
         buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
         count = torch.zeros((), dtype=torch.long, device=device)
 
-        # trick: torch.compile fuses the small ops of the policy step and of the update (buffer write, sampling,
-        # critic, actor, targets) and removes most of their Python overhead; CudaGraphModule records each as a CUDA
-        # graph and replays it with one launch (inputs copied into static buffers, outputs cloned out). The functions
-        # are compiled before the modules, optimizers, buffer and non-tensor arguments are bound with partial, so a CUDA
-        # graph takes only tensors (count, the transition) and reads the bound tensors in place. The update is two
-        # graphs, one with the actor step and the target updates (every --policy-frequency steps) and one without:
-        # Adam's step counts and moments advance on every step it takes, so a masked actor step in one graph would not
-        # be the same algorithm. The warmup calls run before the capture: the compiler has finished by then.
+        # trick: torch.compile fuses the small ops of the policy step and of the update; CudaGraphModule replays each as
+        # one CUDA graph. Compiled, then bound with partial: a graph takes only tensors (count, transition). Two update
+        # graphs, with and without the actor step and target updates (docs/tricks.md: two update graphs)
         policy_fn, add_fn, train_fn = act, buffer_add, train_step
         if args.compile:
             # trick: with trace_autograd_ops, torch.compile traces torch.autograd.grad into the graph: each variant of

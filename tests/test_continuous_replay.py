@@ -2,6 +2,7 @@
 of the filled rows only, the twins' device-side count compiling whole, and gymnasium 1.x autoreset's true final
 observations kept for truncated transitions. Also the twins' Adam written as tensor ops, against torch.optim.Adam."""
 
+import functools
 import math
 
 import numpy as np
@@ -84,12 +85,13 @@ def test_twin_buffer_functions_compile_whole(name):
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_truncated_transitions_keep_their_true_final_observation(name):
+def test_truncated_transitions_keep_their_true_final_observation(name, monkeypatch):
     """Three InvertedPendulum envs with a 6-step limit and random actions: episodes end by termination (the pole
     falls) and by truncation. The buffer must hold each step's true next obs, not the obs the autoreset began the next
     episode with, and mark only the terminated transitions."""
     module = MODULES[name]
-    envs = module.make_envs("InvertedPendulum-v4", 3, max_episode_steps=6)
+    monkeypatch.setattr(module.gym, "make", functools.partial(module.gym.make, max_episode_steps=6))
+    envs = module.make_envs("InvertedPendulum-v4", 3)
     buffer = module.make_buffer(200, 4, 1, "cpu")
     count = start_count(name)
     rng = np.random.default_rng(0)
