@@ -170,8 +170,9 @@ def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
 
     dones[t] == 1 means obs[t] begins a new episode, so step t bootstraps from values[t + 1] unless dones[t + 1].
     """
-    # trick: no Python loop over T. GAE is the reverse linear recurrence A_t = delta_t + c_t * A_{t+1}; recursive
-    # doubling solves it in log2(T) whole-tensor steps: A_t += C_t * A_{t+s}, C_t *= C_{t+s}, s = 1, 2, 4, ...
+    # trick: GAE is the reverse linear recurrence A[t] = delta[t] + c[t] * A[t + 1]. Recursive doubling solves it in
+    # log2(T) whole-tensor steps, not T sequential ones: A[t] += c[t] * A[t + s], c[t] *= c[t + s] for s = 1, 2, 4, ...,
+    # zero past the end
     nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
     nextvalues = torch.cat([values[1:], next_value[None]])
     advantages = rewards + gamma * nextvalues * nextnonterminal - values
@@ -190,8 +191,8 @@ def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
 def policy_step(agent, obs, actions, logprobs, values, step):
     """The rollout's policy step at `step` (a 1-element index tensor): reads obs[step], writes the sampled action,
     its log-prob and the value into their (T, B) storage in place; returns the action."""
-    # trick: the step is a device tensor and the storage is written inside the step, so one compiled graph (and one
-    # CUDA graph) serves every step, and its only input is the 8-byte index
+    # trick: the step is a device tensor and the storage is written inside the step: one compiled graph (and one CUDA
+    # graph) serves every step, its only input the 8-byte index
     with torch.no_grad():
         action, logprob, _, value = agent.get_action_and_value(obs[step].flatten(0, 1))
     actions[step] = action
@@ -298,8 +299,8 @@ def update(
     world_size=1,  # trick: with more than one rank, the update averages over the ranks
 ):  # fmt: skip
     """One gradient step on the minibatch mb_inds of the flat batch; returns the detached losses."""
-    # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once
-    # and the indices are the only input, so no field is gathered outside the graph and then copied into it again
+    # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once and
+    # its indices are the only input
     obs, actions, logprobs, advantages, returns, values = [
         x[mb_inds] for x in (obs, actions, logprobs, advantages, returns, values)
     ]
@@ -310,7 +311,7 @@ def update(
         newlogprob, logprobs, entropy, newvalue.view(-1), values, advantages, returns,
         clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
     )  # fmt: skip
-    # trick: grads set to None by hand (what zero_grad does): torch.compile does not trace Optimizer.zero_grad, a break
+    # trick: the grads set to None by hand, as zero_grad does: torch.compile does not trace zero_grad (a graph break)
     for param in agent.parameters():
         param.grad = None
     loss.backward()
@@ -422,7 +423,7 @@ def main(args):
     np.random.seed(args.seed + rank)
     torch.manual_seed(args.seed + rank)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_float32_matmul_precision("high")  # trick: TF32 matmuls on the GPU
+    torch.set_float32_matmul_precision("high")  # trick: TF32 matmuls on GPUs that have them
     # trick: skip the distribution's argument checks; each one is a host sync
     Categorical.set_default_validate_args(False)
 

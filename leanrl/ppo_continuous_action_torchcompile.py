@@ -185,9 +185,9 @@ def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
     nextvalues = torch.cat([values[1:], next_value[None]])
     delta = rewards + gamma * nextvalues * nextnonterminal - values
-    # trick: GAE is the reverse linear recurrence A[t] = delta[t] + coef[t] * A[t + 1]. Recursive doubling solves
-    # it in log2(T) vectorized steps instead of T sequential ones (11 instead of 2048 here): after step k, A[t]
-    # sums 2**k terms and coef[t] is the product of 2**k coefficients; both are zero past the end.
+    # trick: GAE is the reverse linear recurrence A[t] = delta[t] + c[t] * A[t + 1]. Recursive doubling solves it in
+    # log2(T) whole-tensor steps, not T sequential ones: A[t] += c[t] * A[t + s], c[t] *= c[t + s] for s = 1, 2, 4, ...,
+    # zero past the end
     advantages, coef = delta, gamma * gae_lambda * nextnonterminal
     shift = 1
     while shift < len(rewards):
@@ -243,7 +243,8 @@ def ppo_loss(
 def policy_step(agent, obs, actions, logprobs, values, step):
     """The rollout's policy step at `step` (a 1-element index tensor): samples an action for obs[step] and writes it,
     its log-prob and the value into their (T, B) storage in place; returns the action."""
-    # trick: the step is an index tensor and the storage is written here: one graph serves every step, its input 8 bytes
+    # trick: the step is a device tensor and the storage is written inside the step: one compiled graph (and one CUDA
+    # graph) serves every step, its only input the 8-byte index
     with torch.no_grad():
         action, logprob, _, value = agent.get_action_and_value(obs[step].flatten(0, 1))
         actions[step] = action
@@ -258,7 +259,7 @@ def advantages_and_returns(agent, obs, rewards, dones, values, advantages, retur
     obs, rewards and dones hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done
     flag), row 0 is the last row of the previous rollout.
     """
-    # trick: the bootstrap value and GAE are one function of the storage, compiled (and captured) as one
+    # trick: the bootstrap value and GAE are one function of the storage, compiled and captured like the updates
     with torch.no_grad():
         next_value = agent.get_value(obs[-1]).flatten()
         advantages.copy_(gae(rewards[1:], values, dones[:-1], next_value, dones[-1], gamma, gae_lambda))
@@ -274,7 +275,8 @@ def update(
     clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm,
 ):  # fmt: skip
     """One gradient step on the minibatch mb_inds of the flat batch (T * B rows); returns its LOGGED statistics."""
-    # trick: the minibatch is gathered here, inside the compiled (and captured) update: its indices are its only input
+    # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once and
+    # its indices are the only input
     obs, actions, logprobs, advantages, returns, values = [
         x[mb_inds] for x in (obs, actions, logprobs, advantages, returns, values)
     ]
@@ -283,8 +285,7 @@ def update(
         newlogprob, logprobs, entropy, newvalue, values, advantages, returns,
         clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
     )  # fmt: skip
-    # trick: the grads are set to None by hand, as zero_grad does: torch.compile does not trace Optimizer.zero_grad
-    # (a graph break)
+    # trick: the grads set to None by hand, as zero_grad does: torch.compile does not trace zero_grad (a graph break)
     for param in agent.parameters():
         param.grad = None
     loss.backward()

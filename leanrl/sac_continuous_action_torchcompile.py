@@ -230,8 +230,8 @@ def buffer_add(buffer, count, transition):
 def buffer_sample(buffer, count, batch_size):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = count.clamp(max=buffer["obs"].shape[0])
-    # trick: torch.randint needs its bound on the host (a sync): wide random integers modulo the device-side size, as
-    # exact (bias <= size / 2**62) as randint; a float32 draw times the size would favour rows, and skip some past 2**24
+    # trick: torch.randint needs its bound on the host (a sync): exact integers in [0, 2**62) modulo the device-side
+    # size instead (a row's odds off by size / 2**62 at most; a float32 draw times the size would favour some rows)
     idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device) % size
     return {key: value[idx] for key, value in buffer.items()}
 

@@ -216,7 +216,7 @@ def buffer_sample(buffer, count, batch_size):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = count.clamp(max=buffer["obs"].shape[0])
     # trick: torch.randint needs its bound on the host (a sync): exact integers in [0, 2**62) modulo the device-side
-    # size instead (a row's odds off by size / 2**62 at most; float32 draws * size favour some of 1M rows by 6%)
+    # size instead (a row's odds off by size / 2**62 at most; a float32 draw times the size would favour some rows)
     idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device) % size
     return {key: value[idx] for key, value in buffer.items()}
 
