@@ -219,7 +219,9 @@ def test_a_real_dqn_run_on_two_sides_reports_the_speed_its_results_line_does(tmp
         assert r["burnin"] > 700 and r["steady_steps"] == 3000 - r["burnin"] and r["pinned"] == int(core)
         # the same window as the results line's steps/s, timed by the same clock a few microseconds later
         assert r["sps_wall"] == pytest.approx(r["results_sps"], rel=0.05)
-        assert r["sps_wall"] * 0.9 < r["sps_cpu"] < r["sps_wall"] * 3  # one thread: CPU time near wall time or less
+        # one thread on one core: its CPU time is at most the wall time (how much less depends on what else the
+        # core runs: the test files run side by side, so no upper bound holds)
+        assert r["sps_cpu"] > r["sps_wall"] * 0.9
         assert 0.5 < r["warmup_s"] < r["results_wall_s"] + 30 and r["cpu_count"] == os.cpu_count()
         assert bool(r["commit"]) == (ROOT / ".git").exists()
     table = (out / "steady.md").read_text()

@@ -115,13 +115,33 @@ def test_ci_runs_the_readme_test_command():
     block = readme.split("<!-- test-command:start -->")[1].split("<!-- test-command:end -->")[0]
     command = [line for line in block.strip().splitlines() if not line.startswith("```")]
     install = "python3 -m pip install -e . -r requirements/requirements-dev.txt -c requirements/constraints.txt"
-    run_each_file = 's=0 && for f in tests/test_*.py; do python3 -m pytest "$f" || s=1; done && [ $s = 0 ]'
-    assert command == [f"{install} && {run_each_file}"]
+    assert command == [f"{install} && python3 tests/run_all.py"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "README.md" in ci and 'eval "$test_command"' in ci
     # in a fresh virtual environment, never the machine's python, with torch at the constraints' pin
     assert 'python3 -m venv "$tmp/venv"' in ci and '. "$tmp/venv/bin/activate"' in ci
     assert "python -m pip install -q torch -c requirements/constraints.txt" in ci
+
+
+def test_run_all_runs_each_file_and_fails_when_one_file_fails(tmp_path, monkeypatch, capsys):
+    """The suite's runner (the README's test command): every file in a process of its own, the larger first, each
+    file's output whole, and exit code 1 when any file fails; a file with no test selected is no failure."""
+    import run_all
+
+    (tmp_path / "test_ok.py").write_text("def test_ok():\n    assert True\n")
+    (tmp_path / "test_bad.py").write_text("def test_bad():\n    assert 1 == 2\n" + "# padding\n" * 50)
+    (tmp_path / "test_none.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_slow():\n    pass\n")
+    monkeypatch.setattr(run_all, "TESTS", tmp_path)
+    assert run_all.main(["--jobs", "1", "-p", "no:cacheprovider", "-m", "not slow"]) == 1
+    out = capsys.readouterr().out
+    assert out.index("===== test_bad.py") < out.index("===== test_none.py")  # the larger file first
+    assert "assert 1 == 2" in out and "1 passed" in out
+    summary = out.split("3 test files, 1 at a time")[1]
+    assert re.search(r"FAILED +\d+ s  test_bad.py", summary) and re.search(r"passed +\d+ s  test_ok.py", summary)
+    assert re.search(r"passed +\d+ s  test_none.py", summary)
+    (tmp_path / "test_bad.py").unlink()
+    assert run_all.main(["--jobs", "2", "-p", "no:cacheprovider", "-m", "not slow"]) == 0
+    assert "2 test files, 2 at a time" in capsys.readouterr().out
 
 
 def pins(path):
