@@ -92,6 +92,39 @@ def strict_json(text):
     return json.loads(text, parse_constant=refuse)
 
 
+def read_curve(line, folder):
+    """The return curve (returns.csv: step, wall_s, return) of the run with results line `line`, under folder."""
+    return (Path(folder) / line["run_name"] / "returns.csv").read_text()
+
+
+def curve_points(line, folder):
+    """[(step, return)] of the run's return curve."""
+    return [(int(row.split(",")[0]), float(row.split(",")[2])) for row in read_curve(line, folder).splitlines()[1:]]
+
+
+# ---------------------------------------------------------------- a script's main() in this process
+
+
+def main_args(module, flags, tmp_path):
+    """module.Args from these command-line flags, as a run on the CPU gets them, its results file in tmp_path."""
+    import tyro
+
+    return tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(Path(tmp_path) / "results.jsonl")])
+
+
+def run_in(tmp_path):
+    """(results line, [(step, return)] of its curve) of the one run that wrote into tmp_path."""
+    (line,) = [strict_json(text) for text in (Path(tmp_path) / "results.jsonl").read_text().splitlines()]
+    return line, curve_points(line, tmp_path)
+
+
+def main_in_process(module, flags, tmp_path):
+    """module.main() with these command-line flags on the CPU, in this process, as a user runs it (a twin through the
+    GPU stand-in: gpu_standin.run_main). Returns the results line and [(step, return)] of its curve."""
+    module.main(main_args(module, flags, tmp_path))
+    return run_in(tmp_path)
+
+
 # the one line every run prints when it ends, e.g. "dqn.py: ok: 5000 steps, 812 steps/s, mean return 21.3 over 40
 # episodes; results: runs/results.jsonl, run folder: runs/CartPole-v1__dqn__1__1763855000" (one line, no break)
 SUMMARY = re.compile(
@@ -191,7 +224,7 @@ def assert_stopped_run(stdout, stderr, results_file, sig, script):
     by = "the user" if sig == signal.SIGINT else "SIGTERM"
     assert line["message"] == f"interrupted by {by}" and 0 < line["steps"] < line["total_timesteps"], line
     assert_summary_matches(stdout, line, results_file)
-    rows = (Path(results_file).parent / line["run_name"] / "returns.csv").read_text().splitlines()
+    rows = read_curve(line, Path(results_file).parent).splitlines()
     assert rows[0] == "step,wall_s,return" and len(rows) - 1 == line["episodes"] > 0, rows
     return line
 
@@ -253,7 +286,7 @@ def assert_same_runs_and_eager_format_checkpoints(name, flags, runs, tmp_path, q
     assert runs[0]["episodes"] > 0 and runs[0]["compile"] is runs[1]["compile"] is ("--compile" in flags)
     for key in ("losses", "mean_return", "episodes", "steps"):
         assert runs[0][key] == runs[1][key], key
-    curves = [(tmp_path / str(i) / line["run_name"] / "returns.csv").read_text() for i, line in enumerate(runs)]
+    curves = [read_curve(line, tmp_path / str(i)) for i, line in enumerate(runs)]
     assert [row.split(",")[::2] for row in curves[0].splitlines()] == [
         row.split(",")[::2] for row in curves[1].splitlines()
     ]

@@ -364,14 +364,11 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
     """module.main() with these command-line flags on the CPU, in this process, its optimizers capturable as on CUDA
     (force_capturable=False: as the script makes them); with `cudagraphs`, --cudagraphs under the stand-in. Returns
     (results line, [(step, return)] of returns.csv)."""
-    import json
-
-    import tyro
+    from conftest import main_args, run_in
 
     from leanrl import bookkeeping as bk
 
-    results = Path(tmp_path) / "results.jsonl"
-    args = tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(results)])
+    args = main_args(module, flags, tmp_path)
     torch._dynamo.reset()
     with contextlib.ExitStack() as stack:
         if cudagraphs:
@@ -392,9 +389,7 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
         if getattr(args, "compile", False):  # eager scripts have no --compile
             stack.enter_context(compile_through_dispatcher())
         module.main(args)
-    (line,) = [json.loads(text) for text in results.read_text().splitlines()]
-    rows = (Path(tmp_path) / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
-    return line, [(int(row.split(",")[0]), float(row.split(",")[2])) for row in rows]
+    return run_in(tmp_path)
 
 
 def _capturable(adam):

@@ -11,15 +11,15 @@ import envpool
 import numpy as np
 import pytest
 import torch
-import tyro
 from conftest import (
     args_from_flags,
     assert_finite_results_line,
     assert_main_exits_2_with_one_line,
     assert_summary_matches,
     load_script,
+    main_in_process,
+    read_curve,
     run_script,
-    strict_json,
 )
 from gpu_standin import host_reads, run_main
 from hypothesis import given, settings
@@ -33,13 +33,6 @@ SCRIPTS = (EAGER, TWIN)
 # 600 steps, learning from step 200, one update every 4 steps: 100 updates of batch 8 (the CNN is slow on a CPU)
 TINY = ("--buffer-size", "2000", "--learning-starts", "200", "--batch-size", "8", "--measure-burnin", "1")
 TINY += ("--target-network-frequency", "100", "--total-timesteps")
-
-
-@pytest.fixture(autouse=True)
-def one_thread_per_subprocess(monkeypatch):
-    # the scripts run as subprocesses beside this one on a 2-core machine: two OpenMP teams spinning on two cores
-    # slow each other down many times over
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="module")
@@ -431,10 +424,6 @@ def test_sampler_compiles_whole(mods):
 # ---------------------------------------------------------------- scripts end to end
 
 
-def read_curve(line, tmp_path):
-    return (tmp_path / line["run_name"] / "returns.csv").read_text()
-
-
 @pytest.mark.parametrize("name,flags", [(EAGER, ()), (TWIN, ("--compile",))])
 def test_smoke_tiny_budget(name, flags, tmp_path):
     proc, lines = run_script(name, *TINY, "600", *flags, "--save-model", tmp_path=tmp_path)
@@ -634,16 +623,6 @@ def test_twin_step_functions_run_on_the_meta_device(mods):
     optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4)
     out = twin.train_step(q_network, target_network, optimizer, store, 8, 0.99, copy_target)
     assert out.device == meta and out.shape == (2,)  # one tensor: td_loss and q_values
-
-
-def main_in_process(module, flags, tmp_path):
-    """module.main() on the CPU in this process (gpu_standin.run_main takes twins only: it reads --compile). Returns
-    the results line and the return curve [(step, return)]."""
-    results = tmp_path / "results.jsonl"
-    module.main(tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(results)]))
-    (line,) = [strict_json(text) for text in results.read_text().splitlines()]
-    rows = (tmp_path / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
-    return line, [(int(row.split(",")[0]), float(row.split(",")[2])) for row in rows]
 
 
 def speed_flags(total, measure_burnin):

@@ -1,6 +1,6 @@
 """benchmarks/gpu_session.py: the window arithmetic on known stamps, the loop's phases, the recompile count, the lanes'
-cores, the GPU table on the committed H100 results, and the whole command as a dry run on the CPU (the smoke test
-that keeps it from rotting between GPU sessions)."""
+cores, the GPU table on committed GPU results, and the whole command as a dry run on the CPU (the smoke test that
+keeps it from rotting between GPU runs)."""
 
 import json
 import os

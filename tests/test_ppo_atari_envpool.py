@@ -22,7 +22,10 @@ from conftest import (
     assert_main_exits_2_with_one_line,
     assert_stopped_run,
     assert_summary_matches,
+    curve_points,
     load_script,
+    main_in_process,
+    read_curve,
     run_script,
     started_runs,
     stop,
@@ -35,13 +38,6 @@ from leanrl import bookkeeping as bk
 EAGER, TWIN = "ppo_atari_envpool", "ppo_atari_envpool_torchcompile"
 SCRIPTS = (EAGER, TWIN)
 TINY = ("--num-envs", "2", "--num-steps", "16", "--measure-burnin", "1", "--total-timesteps")
-
-
-@pytest.fixture(autouse=True)
-def one_thread_per_subprocess(monkeypatch):
-    # the scripts run as subprocesses beside this one on a 2-core machine: two OpenMP teams spinning on two cores
-    # slow each other down many times over
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="module")
@@ -377,10 +373,6 @@ def test_episode_accounting_on_a_scripted_env(mods, name, monkeypatch, tmp_path,
 # ---------------------------------------------------------------- scripts end to end
 
 
-def read_curve(line, tmp_path):
-    return (Path(tmp_path) / line["run_name"] / "returns.csv").read_text()
-
-
 # two envs, two iterations of 128 steps: Breakout games end (seed 1: two of them, one scoring), the second iteration
 # starts from the first one's last step, and the updates take minibatches of a shuffled batch
 RUN = ("--num-envs", "2", "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "2")
@@ -390,7 +382,8 @@ VARIANTS = {"eager": (EAGER, ()), "twin": (TWIN, ()), "twin --compile": (TWIN, (
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Each variant run twice with the same seed (the first saves its model); {variant: [(dir, line, curve), x2]}.
+    """Each variant run twice with the same seed (the first saves its model); {variant: [(dir, line, curve), x2]}, the
+    curve [(step, return)].
 
     The two runs of a variant go side by side (one thread each): on CI's two cores that halves the wait.
     """
@@ -405,15 +398,10 @@ def runs(tmp_path_factory):
         assert_finite_results_line(line, name)
         assert line["compile"] is ("--compile" in flags) and line["cudagraphs"] is False
         assert_summary_matches(proc.stdout, line, tmp / "results.jsonl")
-        return tmp, line, read_curve(line, tmp)
+        return tmp, line, curve_points(line, tmp)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return {variant: list(pool.map(run, [variant] * 2, range(2))) for variant in VARIANTS}
-
-
-def scores(curve):
-    """The (step, return) rows of a returns.csv, without the wall time."""
-    return [(row.split(",")[0], row.split(",")[2]) for row in curve.splitlines()[1:]]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -423,7 +411,7 @@ def test_runs_are_deterministic(runs, variant):
     assert a["steps"] == 512 and a["episodes"] >= 2, a
     assert a["losses"] == b["losses"]
     assert (a["mean_return"], a["episodes"]) == (b["mean_return"], b["episodes"])
-    assert scores(curve_a) == scores(curve_b)
+    assert curve_a == curve_b
 
 
 def test_twin_plays_and_learns_like_the_eager_script(runs):
@@ -432,10 +420,8 @@ def test_twin_plays_and_learns_like_the_eager_script(runs):
     rounding), so the weights after an update, and the last losses, agree to float32 rounding rather than bitwise."""
     (_, eager, eager_curve), _ = runs["eager"]
     (_, twin, twin_curve), _ = runs["twin"]
-    assert scores(twin_curve) == scores(eager_curve)
-    assert any(float(score) > 0 for _, score in scores(eager_curve)), (
-        "no game scored: compare something that can differ"
-    )
+    assert twin_curve == eager_curve
+    assert any(score > 0 for _, score in eager_curve), "no game scored: compare something that can differ"
     assert (twin["mean_return"], twin["episodes"]) == (eager["mean_return"], eager["episodes"])
     for key, value in eager["losses"].items():
         assert twin["losses"][key] == pytest.approx(value, rel=1e-3, abs=1e-6), key
@@ -446,7 +432,7 @@ def test_compiled_twin_plays_like_the_twin(runs):
     matmuls are the same kernels: the same games end with the same scores; the losses agree to float32 rounding."""
     (_, plain, plain_curve), _ = runs["twin"]
     (_, compiled, compiled_curve), _ = runs["twin --compile"]
-    assert scores(compiled_curve) == scores(plain_curve)
+    assert compiled_curve == plain_curve
     for key, value in plain["losses"].items():
         assert compiled["losses"][key] == pytest.approx(value, rel=1e-3, abs=1e-6), key
 
@@ -572,16 +558,6 @@ def tiny_flags(*drop):
         i = flags.index(flag)
         del flags[i : i + 2]
     return flags
-
-
-def main_here(module, flags, tmp_path):
-    """module.main() with these flags, on the CPU, in this process; its results line."""
-    import tyro
-
-    results = Path(tmp_path) / "results.jsonl"
-    module.main(tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(results)]))
-    (line,) = [strict_json(text) for text in results.read_text().splitlines()]
-    return line
 
 
 @pytest.fixture
@@ -760,7 +736,7 @@ def test_steps_per_second_leave_out_the_burnin_iterations(mods, name, monkeypatc
         return update(*args, **kwargs)
 
     monkeypatch.setattr(mods[name], "update", slow_early_update)
-    line = main_here(mods[name], [*tiny_flags("--measure-burnin"), "--measure-burnin", "2"], tmp_path)
+    line, _ = main_in_process(mods[name], [*tiny_flags("--measure-burnin"), "--measure-burnin", "2"], tmp_path)
     assert len(calls) == 40 and line["sps"] == pytest.approx(2 / 0.01)
 
 
@@ -799,7 +775,7 @@ def test_track_logs_cleanrls_keys_with_cleanrls_meanings(mods, name, fake_wandb,
     # a clip range narrow enough for some ratios, not all, to leave it after the first minibatch
     flags = [*tiny_flags("--total-timesteps"), "--total-timesteps", "192", "--learning-rate", "0.003", "--track"]
     flags += ["--clip-coef", "0.002"]
-    line = main_here(module, flags, tmp_path)
+    line, _ = main_in_process(module, flags, tmp_path)
     logs = [data for _, data in fake_wandb.logs if "losses/value_loss" in data]
     assert len(logs) == 3 and len(per_minibatch) == 12 and len(explained) == 3
     for iteration, data in enumerate(logs):

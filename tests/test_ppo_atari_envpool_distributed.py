@@ -21,6 +21,7 @@ from conftest import (
     assert_finite_results_line,
     assert_stopped_run,
     assert_summary_matches,
+    curve_points,
     load_script,
     run_script,
     started_runs,
@@ -32,13 +33,6 @@ from torch._dynamo.utils import counters
 
 DIST, TWIN = "ppo_atari_envpool_distributed", "ppo_atari_envpool_torchcompile"
 HYPER = dict(clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, norm_adv=True, clip_vloss=True, max_grad_norm=0.5)
-
-
-@pytest.fixture(autouse=True)
-def one_thread_per_subprocess(monkeypatch):
-    # the ranks run as processes side by side on a 2-core machine: OpenMP teams spinning on the same cores slow each
-    # other down many times over
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
 # ---------------------------------------------------------------- the averaged gradient
@@ -250,11 +244,6 @@ def test_compiled_ranks_learn_like_eager_ranks(runs):
 # ---------------------------------------------------------------- one process is the twin
 
 
-def scores(tmp, line):
-    rows = (tmp / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
-    return [(row.split(",")[0], row.split(",")[2]) for row in rows]
-
-
 def test_without_torchrun_it_is_the_twin(tmp_path):
     """World size 1, same seed: the same envs, actions, games and losses as the twin, bit for bit."""
     # two envs, two iterations of 128 steps: Breakout games end (seed 1: two of them, one scoring)
@@ -275,8 +264,8 @@ def test_without_torchrun_it_is_the_twin(tmp_path):
     assert line["world_size"] == 1 and line["steps"] == 512
     assert line["losses"] == twin_line["losses"]
     assert (line["episodes"], line["mean_return"]) == (twin_line["episodes"], twin_line["mean_return"])
-    assert scores(tmp, line) == scores(twin_tmp, twin_line)
-    assert any(float(score) > 0 for _, score in scores(tmp, line)), "no game scored: compare something that can differ"
+    assert curve_points(line, tmp) == curve_points(twin_line, twin_tmp)
+    assert any(score > 0 for _, score in curve_points(line, tmp)), "no game scored: compare something that can differ"
 
 
 # ---------------------------------------------------------------- a dead or hung rank

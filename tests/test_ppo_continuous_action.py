@@ -5,7 +5,6 @@ evaluate, bad input, a real divergence, determinism) and learning on InvertedPen
 import copy
 import csv
 import importlib
-import json
 import math
 import re
 import signal
@@ -29,7 +28,10 @@ from conftest import (
     assert_main_exits_2_with_one_line,
     assert_stopped_run,
     assert_summary_matches,
+    curve_points,
     load_script,
+    main_in_process,
+    read_curve,
     run_script,
     started_runs,
     stop,
@@ -399,14 +401,6 @@ def test_default_measure_burnin_leaves_compilation_and_capture_out(tmp_path):
         assert f'measure_burnin: int = {twin.Args.measure_burnin}\n    """{meaning}"""' in source, name
 
 
-def main_in_process(module, flags, tmp_path):
-    """module.main() with these flags on the CPU in this process, as a user runs it; returns its results line."""
-    args = tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(tmp_path / "results.jsonl")])
-    module.main(args)
-    [line] = [json.loads(text) for text in (tmp_path / "results.jsonl").read_text().splitlines()]
-    return line
-
-
 class Clock:
     def __init__(self):
         self.now = 1000.0
@@ -428,11 +422,11 @@ def test_steps_per_second_leave_the_burnin_iterations_out(name, tmp_path, monkey
 
     monkeypatch.setattr(bk.time, "time", clock)
     monkeypatch.setattr(module, "update", timed_update)
-    line = main_in_process(module, REGRESSION + ["--measure-burnin", "2"], tmp_path)
+    line, _ = main_in_process(module, REGRESSION + ["--measure-burnin", "2"], tmp_path)
     assert clock.now == 1000.0 + 100.0 + ITERATIONS * UPDATES - 1
     assert line["sps"] == pytest.approx((ITERATIONS - 2) * STEPS / ((ITERATIONS - 2) * UPDATES))
     clock.now = 1000.0  # again, measured from the start: the slow first update is in
-    line = main_in_process(module, REGRESSION + ["--measure-burnin", "0"], tmp_path / "all")
+    line, _ = main_in_process(module, REGRESSION + ["--measure-burnin", "0"], tmp_path / "all")
     assert line["sps"] == pytest.approx(ITERATIONS * STEPS / (100.0 + ITERATIONS * UPDATES - 1))
 
 
@@ -457,7 +451,7 @@ def test_track_logs_cleanrl_keys_with_cleanrl_meanings(name, tmp_path, monkeypat
     module_update, module_gae = module.update, module.gae
     monkeypatch.setattr(module, "update", recorded_update)
     monkeypatch.setattr(module, "gae", recorded_gae)
-    line = main_in_process(module, REGRESSION + ["--track"], tmp_path)
+    line, _ = main_in_process(module, REGRESSION + ["--track"], tmp_path)
     logs = [(step, data) for step, data in fake_wandb.logs if "losses/value_loss" in data]
     assert fake_wandb.keys() == {
         "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
@@ -745,7 +739,7 @@ def test_eager_is_deterministic_over_episodes(tmp_path):
     assert first["episodes"] > 0
     for key in ("losses", "mean_return", "episodes", "steps"):
         assert first[key] == second[key], key
-    curves = [(tmp_path / d / line["run_name"] / "returns.csv").read_text() for d, line in zip("ab", (first, second))]
+    curves = [read_curve(line, tmp_path / d) for d, line in zip("ab", (first, second))]
     assert [row.split(",")[::2] for row in curves[0].splitlines()] == [
         row.split(",")[::2] for row in curves[1].splitlines()
     ], "the step and return columns differ"
@@ -762,7 +756,7 @@ def learn(name, flags, steps, seed, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = lines[0]
     assert_finite_results_line(line, name)
-    returns = [float(row["return"]) for row in csv.DictReader((tmp_path / line["run_name"] / "returns.csv").open())]
+    returns = [score for _, score in curve_points(line, tmp_path)]
     return line, sum(returns[-10:]) / len(returns[-10:])
 
 

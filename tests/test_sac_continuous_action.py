@@ -4,20 +4,21 @@ target update, compiled update, graph breaks, no recompile), the scripts as subp
 evaluate, determinism, divergence, bad input) and learning on InvertedPendulum-v4."""
 
 import copy
-import csv
 import math
 
 import numpy as np
 import pytest
 import torch
-import tyro
 from conftest import (
     args_from_flags,
     assert_finite_results_line,
     assert_main_exits_2_with_one_line,
     assert_same_runs_and_eager_format_checkpoints,
     assert_summary_matches,
+    curve_points,
     load_script,
+    main_in_process,
+    read_curve,
     run_script,
     strict_json,
 )
@@ -35,13 +36,6 @@ MODULES = {EAGER: eager, TWIN: twin}
 # 300 steps, learning from step 100: 200 updates of batch 32 (100 with the actor), enough to run every part
 TINY = ("--learning-starts", "100", "--total-timesteps", "300", "--batch-size", "32", "--buffer-size", "1000")
 TINY += ("--measure-burnin", "10")
-
-
-@pytest.fixture(autouse=True)
-def one_thread_per_subprocess(monkeypatch):
-    # the scripts run as subprocesses beside this one on a 2-core machine: two OpenMP teams spinning on two cores
-    # slow each other down many times over
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
 # ---------------------------------------------------------------- float64 references
@@ -391,15 +385,6 @@ TINY_RUN = list(PAIRS[EAGER])  # tests/regression.py's: Pendulum-v1, 500 steps, 
 STEP_LINE = "next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())"
 
 
-def main_here(module, flags, tmp_path):
-    """module.main() with these command-line flags, on the CPU in this process; -> (results line, [(step, return)])."""
-    args = tyro.cli(module.Args, args=[*flags, "--no-cuda", "--results-file", str(tmp_path / "results.jsonl")])
-    module.main(args)
-    [line] = [strict_json(text) for text in (tmp_path / "results.jsonl").read_text().splitlines()]
-    rows = csv.DictReader((tmp_path / line["run_name"] / "returns.csv").open())
-    return line, [(int(row["step"]), float(row["return"])) for row in rows]
-
-
 @pytest.mark.parametrize("cudagraphs", [False, True], ids=["plain", "cudagraphs"])
 def test_twin_host_reads_are_the_pinned_ones(cudagraphs, tmp_path, in_process):
     """Every host read of a tiny twin run (500 steps, 400 of them learning), by line, also with --cudagraphs (on the
@@ -426,7 +411,7 @@ def test_track_logs_cleanrl_sac_keys_every_100_iterations(name, flags, tmp_path,
     """With --track: CleanRL's sac_continuous_action keys with its meanings (qf_loss the mean of the two Q losses,
     alpha the temperature after the update, alpha_loss only when autotuned), every 100 iterations once learning
     started (and at the last), read in one go; the results line reports the values of the last log point."""
-    line, curve = main_here(MODULES[name], [*TINY_RUN, "--track", *flags], tmp_path)
+    line, curve = main_in_process(MODULES[name], [*TINY_RUN, "--track", *flags], tmp_path)
     assert fake_wandb.config["name"] == line["run_name"] and fake_wandb.finished
     logged = [(step, data) for step, data in fake_wandb.logs if "losses/qf_loss" in data]
     assert [step for step, _ in logged] == [201, 301, 401, 500]  # iterations 200, 300, 400, 499: env steps done
@@ -467,17 +452,13 @@ def test_steps_per_second_leave_out_measure_burnin_iterations_after_learning_sta
     monkeypatch.setattr(bk.Run, "tick", tick_a_second_later)
     monkeypatch.setattr(module, "train_step", first_update_is_slow)
     flags = [*TINY_RUN[: TINY_RUN.index("--measure-burnin")], "--measure-burnin", str(burnin)]
-    line, _ = main_here(module, flags, tmp_path)
+    line, _ = main_in_process(module, flags, tmp_path)
     assert len(updates) == 500 - 101
     window = 500 - (101 + burnin)  # iterations (of one env step) after the burn-in
     assert line["sps"] == pytest.approx(window / (window + (1000 if burnin == 0 else 0)))
 
 
 # ---------------------------------------------------------------- scripts as subprocesses
-
-
-def read_curve(line, tmp_path):
-    return (tmp_path / line["run_name"] / "returns.csv").read_text()
 
 
 # the twin with --compile runs end to end in the determinism and learning tests below
@@ -531,7 +512,7 @@ def test_fixed_alpha_zero_trains_without_an_entropy_bonus(name, tmp_path, capsys
 
 # The twin's determinism runs compile, on the learning test's shapes (InvertedPendulum-v4, one env, batch 64, the
 # default 1e6-row buffer): of the three compiles of those graphs in a pytest run only the first is cold, the two others
-# load inductor's cache. Measured in this file's run (cold cache, 2-core AMD EPYC): the test takes 58-69 s (two
+# load inductor's cache. Measured in this file's run (cold cache, a 2-core CPU): the test takes 58-69 s (two
 # uncompiled runs took 12 s) and the learning test's twin --compile 39-42 s (it compiled cold: 69 s)
 COMPILED_TINY = ("--learning-starts", "100", "--total-timesteps", "300", "--batch-size", "64")
 COMPILED_TINY += ("--measure-burnin", "10", "--compile")
@@ -657,7 +638,7 @@ def learn(name, flags, tmp_path):
     assert_finite_results_line(line, name)
     assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
     assert line["compile"] is ("--compile" in flags)
-    returns = [float(row["return"]) for row in csv.DictReader((tmp_path / line["run_name"] / "returns.csv").open())]
+    returns = [score for _, score in curve_points(line, tmp_path)]
     return line, sum(returns[-10:]) / len(returns[-10:])
 
 
@@ -669,7 +650,7 @@ QUICK = ["--learning-starts", "500", "--total-timesteps", "4000", "--batch-size"
 def test_learns_inverted_pendulum_in_4k_steps(name, flags, tmp_path):
     """Task: InvertedPendulum-v4. Budget: 4000 env steps, the first 500 random, then one update of batch 64 per step
     (about 3500), CleanRL's other hyper-parameters. Bar: mean of the last 10 episodic returns >= 40 (5x a random
-    policy's 6-8). Measured on this budget (2-core AMD EPYC, shared with other jobs, one torch thread): last 10
+    policy's 6-8). Measured on this budget (a 2-core CPU shared with other jobs, one torch thread): last 10
     episodes 94.9, 97.1, 92.1 (eager, seeds 1-3) and 87.5, 75.7 (twin --compile, seeds 1-2); 80-300 s per run on that
     loaded machine (20-50 steps/s), ~60 s of it compiling the twin. In the whole file's run (cold compile cache):
     26-28 s eager, 39-42 s twin --compile (its graphs cached by the determinism test before it)."""
@@ -682,7 +663,7 @@ def test_learns_inverted_pendulum_in_4k_steps(name, flags, tmp_path):
 def test_balances_inverted_pendulum_within_30k_steps(name, flags, tmp_path):
     """Task: InvertedPendulum-v4. Budget: 30k env steps with CleanRL's defaults (the first 5000 random, batch 256).
     Bar: the last 10 episodes balance (mean episodic return >= 900 of 1000).
-    Measured (seed 1, 2-core AMD EPYC, one torch thread, two such runs side by side): eager 1000.0 over its last 10
+    Measured (seed 1, a 2-core CPU, one torch thread, two such runs side by side): eager 1000.0 over its last 10
     episodes, 424 s; twin --compile 1000.0, 547 s (compiling included)."""
     line, last10 = learn(name, ["--learning-starts", "5000", "--total-timesteps", "30000", *flags], tmp_path)
     assert last10 >= 900, last10

@@ -6,24 +6,26 @@ scripts as subprocesses on CPU (smoke, save and evaluate, determinism, divergenc
 InvertedPendulum-v4."""
 
 import copy
-import csv
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 import torch.utils._python_dispatch
 import torch.utils._pytree
-import tyro
 from conftest import (
     args_from_flags,
     assert_finite_results_line,
     assert_main_exits_2_with_one_line,
     assert_same_runs_and_eager_format_checkpoints,
     assert_summary_matches,
+    curve_points,
     load_script,
+    main_in_process,
+    read_curve,
     run_script,
-    strict_json,
 )
+from gpu_standin import run_main
 from tensordict import TensorDict
 
 EAGER, TWIN = "td3_continuous_action", "td3_continuous_action_torchcompile"
@@ -34,13 +36,6 @@ MODULES = {EAGER: eager, TWIN: twin}
 # 300 steps, learning from step 100: 200 updates of batch 32 (100 with the actor), enough to run every part
 TINY = ("--learning-starts", "100", "--total-timesteps", "300", "--batch-size", "32", "--buffer-size", "1000")
 TINY += ("--measure-burnin", "10")
-
-
-@pytest.fixture(autouse=True)
-def one_thread_per_subprocess(monkeypatch):
-    # the scripts run as subprocesses beside this one on a 2-core machine: two OpenMP teams spinning on two cores
-    # slow each other down many times over
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
 def random_batch(n, seed, obs_dim=5, act_dim=3):
@@ -335,20 +330,6 @@ def test_replay_sampling_is_uniform_over_a_million_rows(name):
 # ---------------------------------------------------------------- the GPU path on the CPU (tests/gpu_standin.py)
 
 
-def in_process(name, flags, tmp_path, cudagraphs=False):
-    """main() of a script in this process on the CPU (the twin through gpu_standin.run_main: Adam capturable as on
-    CUDA, --cudagraphs on the CPU stand-in); returns (results line, [(step, return)] of its curve)."""
-    from gpu_standin import run_main
-
-    if name == TWIN:
-        return run_main(twin, flags, tmp_path, cudagraphs=cudagraphs)
-    results = tmp_path / "results.jsonl"
-    eager.main(tyro.cli(eager.Args, args=[*flags, "--no-cuda", "--results-file", str(results)]))
-    [line] = [strict_json(text) for text in results.read_text().splitlines()]
-    rows = (tmp_path / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
-    return line, [(int(row.split(",")[0]), float(row.split(",")[2])) for row in rows]
-
-
 class OffMeta(torch.utils._python_dispatch.TorchDispatchMode):
     """Records every op whose output is not on the meta device (a tensor made without device= lands on the CPU)."""
 
@@ -425,7 +406,7 @@ COMPILE_READS = {
 def test_twin_host_reads_are_the_pinned_ones(flags, tmp_path):
     """Issue 16 item 3: the twin's main() at the tiny regression flags, in this process (tests/gpu_standin.py: Adam
     capturable as on CUDA; --cudagraphs on the CPU stand-in; --compile with the aot_eager backend)."""
-    from gpu_standin import host_reads, run_main
+    from gpu_standin import host_reads
     from regression import OFF_POLICY
 
     with host_reads() as reads:
@@ -489,7 +470,9 @@ def test_steps_per_second_leave_out_learning_start_and_the_burnin(name, flags, t
 
     monkeypatch.setattr(bk.Run, "tick", timed_tick)
     monkeypatch.setattr(module, "train_step", timed_train_step)
-    line, _ = in_process(name, [*OFF_POLICY, *flags], tmp_path, cudagraphs="--cudagraphs" in flags)
+    # the twin through the GPU stand-in: Adam capturable as on CUDA, --cudagraphs on the CPU
+    in_process = partial(run_main, cudagraphs="--cudagraphs" in flags) if name == TWIN else main_in_process
+    line, _ = in_process(module, [*OFF_POLICY, *flags], tmp_path)
     assert line["status"] == "ok" and line["steps"] == 500
     # the twin, each variant: 4 warm-up calls, then the capture call runs it twice (on its static inputs, then captured)
     assert len(slow) == (12 if name == TWIN else 2)
@@ -497,7 +480,7 @@ def test_steps_per_second_leave_out_learning_start_and_the_burnin(name, flags, t
     (tmp_path / "0").mkdir()
     clock.now, clock.calls = 0.0, 0
     flags += ["--measure-burnin", "0"]
-    line, _ = in_process(name, [*OFF_POLICY, *flags], tmp_path / "0", cudagraphs="--cudagraphs" in flags)
+    line, _ = in_process(module, [*OFF_POLICY, *flags], tmp_path / "0")
     assert line["sps"] < 0.5
 
 
@@ -509,7 +492,7 @@ def test_track_logs_cleanrl_keys(name, tmp_path, fake_wandb):
     charts/episodic_length; the values logged last are the results line's losses."""
     from regression import OFF_POLICY
 
-    line, curve = in_process(name, [*OFF_POLICY, "--track"], tmp_path)
+    line, curve = (run_main if name == TWIN else main_in_process)(MODULES[name], [*OFF_POLICY, "--track"], tmp_path)
     losses = ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss"]
     assert fake_wandb.keys() == {"charts/SPS", "charts/episodic_return", "charts/episodic_length"} | {
         f"losses/{key}" for key in losses
@@ -531,10 +514,6 @@ def test_track_logs_cleanrl_keys(name, tmp_path, fake_wandb):
 
 
 # ---------------------------------------------------------------- scripts as subprocesses
-
-
-def read_curve(line, tmp_path):
-    return (tmp_path / line["run_name"] / "returns.csv").read_text()
 
 
 # the twin with --compile runs end to end in the determinism and learning tests below
@@ -560,7 +539,7 @@ def test_smoke_tiny_budget(name, flags, tmp_path):
 
 # The twin's determinism runs compile, on the learning test's shapes (InvertedPendulum-v4, one env, batch 64, the
 # default 1e6-row buffer): of the three compiles of those graphs in a pytest run only the first is cold, the two others
-# load inductor's cache. Measured in this file's run (cold cache, 2-core AMD EPYC): the test takes 41-46 s (two
+# load inductor's cache. Measured in this file's run (cold cache, a 2-core CPU): the test takes 41-46 s (two
 # uncompiled runs took 12 s) and the learning test's twin --compile 25-30 s (it compiled cold: 46 s)
 COMPILED_TINY = ("--learning-starts", "100", "--total-timesteps", "300", "--batch-size", "64")
 COMPILED_TINY += ("--measure-burnin", "10", "--compile")
@@ -704,7 +683,7 @@ def learn(name, flags, tmp_path):
     assert_finite_results_line(line, name)
     assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
     assert line["compile"] is ("--compile" in flags)
-    returns = [float(row["return"]) for row in csv.DictReader((tmp_path / line["run_name"] / "returns.csv").open())]
+    returns = [score for _, score in curve_points(line, tmp_path)]
     return line, sum(returns[-10:]) / len(returns[-10:])
 
 
@@ -716,7 +695,7 @@ QUICK = ["--learning-starts", "500", "--total-timesteps", "4000", "--batch-size"
 def test_learns_inverted_pendulum_in_4k_steps(name, flags, tmp_path):
     """Task: InvertedPendulum-v4. Budget: 4000 env steps, the first 500 random, then one update of batch 64 per step
     (about 3500), CleanRL's other hyper-parameters. Bar: mean of the last 10 episodic returns >= 40 (5x a random
-    policy's 6-8). Measured on this budget (2-core AMD EPYC, shared with other jobs, one torch thread): last 10
+    policy's 6-8). Measured on this budget (a 2-core CPU shared with other jobs, one torch thread): last 10
     episodes 60.6, 58.1, 64.8 (eager, seeds 1-3) and 59.4 (twin --compile, seed 1); 25-60 s per eager run and 158 s
     for the twin (about 60 s of it compiling) on that machine. In the whole file's run (cold compile cache): 16-20 s
     eager, 25-30 s twin --compile (its graphs cached by the determinism test before it)."""
@@ -729,7 +708,7 @@ def test_learns_inverted_pendulum_in_4k_steps(name, flags, tmp_path):
 def test_balances_inverted_pendulum_within_50k_steps(name, flags, tmp_path):
     """Task: InvertedPendulum-v4. Budget: 50k env steps with CleanRL's defaults but 10k random steps (not 25k).
     Bar: the last 10 episodes balance (mean episodic return >= 900 of 1000).
-    Measured (seed 1, 2-core AMD EPYC, one torch thread, two such runs side by side): eager 1000.0 over its last 10
+    Measured (seed 1, a 2-core CPU, one torch thread, two such runs side by side): eager 1000.0 over its last 10
     episodes, 425 s; twin --compile 1000.0, 554 s (compiling included)."""
     line, last10 = learn(name, ["--learning-starts", "10000", "--total-timesteps", "50000", *flags], tmp_path)
     assert last10 >= 900, last10
