@@ -85,11 +85,11 @@ class Args:
     """the lambda for Q(lambda)"""
 
 
-def make_envs(env_id, num_envs, video_dir=None, **make_kwargs):
+def make_envs(env_id, num_envs, video_dir=None):
     # gymnasium 1.x resets a finished env on the *next* step by default; CleanRL's rollout expects the reset in the
     # same step (the returned obs begins the new episode, the episode's statistics are in infos["final_info"])
     def make_env(video_dir=None):  # with a video_dir (--capture-video) the env renders and films its episodes there
-        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None, **make_kwargs)
+        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None)
         return gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env)
 
     envs = [lambda: make_env(video_dir)] + [make_env] * (num_envs - 1)  # env 0 alone is filmed

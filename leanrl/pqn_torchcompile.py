@@ -91,11 +91,11 @@ class Args:
     """the lambda for Q(lambda)"""
 
 
-def make_envs(env_id, num_envs, video_dir=None, **make_kwargs):
+def make_envs(env_id, num_envs, video_dir=None):
     # gymnasium 1.x resets a finished env on the *next* step by default; CleanRL's rollout expects the reset in the
     # same step (the returned obs begins the new episode, the episode's statistics are in infos["final_info"])
     def make_env(video_dir=None):  # with a video_dir (--capture-video) the env renders and films its episodes there
-        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None, **make_kwargs)
+        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None)
         return gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env)
 
     envs = [lambda: make_env(video_dir)] + [make_env] * (num_envs - 1)  # env 0 alone is filmed
@@ -148,9 +148,9 @@ def q_lambda_returns(rewards, values, dones, next_value, next_done, gamma, q_lam
     begins an episode); the last step bootstraps from next_value (max_a Q of the obs after the rollout) alone."""
     nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
     nextvalues = torch.cat([values[1:], next_value[None]])
-    # trick: Q(lambda) is the reverse linear recurrence R[t] = a[t] + coef[t] * R[t + 1], a row R[T] = next_value
-    # appended. Recursive doubling solves it in log2(T + 1) vectorized steps, not T sequential ones (8, not 128 here):
-    # after step k, R[t] sums 2**k terms and coef[t] is the product of 2**k coefficients; both are zero past the end.
+    # trick: Q(lambda) is the reverse linear recurrence R[t] = a[t] + c[t] * R[t + 1] (a row R[T] = next_value
+    # appended). Recursive doubling solves it in log2(T) whole-tensor steps, not T sequential ones: R[t] += c[t] *
+    # R[t + s], c[t] *= c[t + s] for s = 1, 2, 4, ..., zero past the end
     returns = torch.cat([rewards + gamma * (1 - q_lambda) * nextnonterminal * nextvalues, next_value[None]])
     coef = torch.cat([gamma * q_lambda * nextnonterminal, torch.zeros_like(next_value)[None]])
     shift = 1
@@ -165,8 +165,8 @@ def q_lambda_returns(rewards, values, dones, next_value, next_done, gamma, q_lam
 def policy_step(q_network, obs, actions, values, epsilon, step):
     """The rollout's policy step at `step` (a 1-element index tensor): epsilon-greedy on obs[step], the action and the
     max-Q value written into their (T, B) storage in place; returns the actions."""
-    # trick: the step is an index tensor and the storage is written here: one graph serves every step, its input 8
-    # bytes; epsilon is a device tensor written in place: a new value recompiles nothing
+    # trick: the step is a device tensor and the storage is written inside the step: one compiled graph (and one CUDA
+    # graph) serves every step, its only input the 8-byte index; epsilon, a device tensor, is written in place
     with torch.no_grad():
         action, values[step] = epsilon_greedy(q_network, obs[step].flatten(0, 1), epsilon)
         actions[step] = action
@@ -175,7 +175,7 @@ def policy_step(q_network, obs, actions, values, epsilon, step):
 
 def returns_of_rollout(q_network, rewards, dones, values, returns, gamma, q_lambda, next_obs, next_done):
     """The bootstrap value of next_obs and the Q(lambda) returns of the rollout storage, written into returns."""
-    # trick: the bootstrap value and the returns are one function of the storage, compiled (and captured) as one
+    # trick: the bootstrap value and the returns are one function of the storage, compiled and captured like the updates
     with torch.no_grad():
         next_value = q_network(next_obs).max(dim=1).values
         returns.copy_(q_lambda_returns(rewards, values, dones, next_value, next_done, gamma, q_lambda))
@@ -194,13 +194,14 @@ def make_radam(params, lr, capturable):
 def update(q_network, optimizer, obs, actions, returns, mb_inds, max_grad_norm):
     """One gradient step on the minibatch mb_inds of the flat batch (obs, actions, returns); returns the stacked (TD
     loss, mean Q of the actions taken)."""
-    # trick: the minibatch is gathered here, inside the compiled (and captured) update: its indices are its only input
+    # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once and
+    # its indices are the only input
     obs, actions, returns = obs[mb_inds], actions[mb_inds], returns[mb_inds]
     old_val = q_network(obs).gather(1, actions[:, None]).squeeze(1)
     loss = F.mse_loss(returns, old_val)
 
     # optimize the model
-    # trick: the grads are set to None by hand, as zero_grad does: torch.compile does not trace Optimizer.zero_grad
+    # trick: the grads set to None by hand, as zero_grad does: torch.compile does not trace zero_grad (a graph break)
     for param in q_network.parameters():
         param.grad = None
     loss.backward()
@@ -284,9 +285,9 @@ def main(args):
         # agent setup
         q_network = QNetwork(obs_dim, n_actions).to(device)
         # trick: the lr is a device tensor annealed in place: no compiled or CUDA graph is rebuilt for it. RAdam is
-        # capturable on CUDA, compiled or captured (an eager CPU step refuses it: there it reads its step count)
+        # capturable on CUDA, compiled and captured (an eager CPU step refuses it: there it reads its step count)
         lr, capturable = torch.tensor(args.learning_rate, device=device), device.type == "cuda" or args.cudagraphs
-        optimizer = make_radam(list(q_network.parameters()), lr, capturable or args.compile)
+        optimizer = make_radam(list(q_network.parameters()), lr, capturable=capturable or args.compile)
 
         # storage setup
         obs = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
@@ -297,9 +298,9 @@ def main(args):
         returns = torch.zeros((args.num_steps, args.num_envs), device=device)
         step_index, epsilon_t = torch.arange(args.num_steps, device=device), torch.ones((), device=device)
 
-        # trick: torch.compile fuses the small kernels of the policy step, the returns and the update and removes most
-        # of their Python overhead; CudaGraphModule replays each as one CUDA graph. The storage, the flat batch (views
-        # of it) and the non-tensor arguments are bound with partial: no graph copies them, a CUDA graph takes tensors
+        # trick: torch.compile fuses the small kernels of the policy step, the returns and the update; CudaGraphModule
+        # replays each as one CUDA graph. Storage, flat batch and constants are bound once with partial: a graph copies
+        # none of them and takes only tensors. The warm-up calls compile before the capture
         policy, returns_fn, update_fn = policy_step, returns_of_rollout, update
         if args.compile:
             # trick: with trace_autograd_ops, torch.compile traces backward() into the graph: the update (gradients,

@@ -261,7 +261,7 @@ def cuda_graphs_on_cpu():
         stack.enter_context(mock.patch.object(module, "_check_device_and_clone", classmethod(_accept_cpu)))
         stack.enter_context(mock.patch.object(module, "_check_device_and_grad", classmethod(_accept_cpu)))
         stack.enter_context(mock.patch.object(module, "__call__", _watched_call(module.__call__)))
-        for name in ("optimizer", "adam", "adamw"):
+        for name in ("optimizer", "adam", "adamw", "radam"):
             optimizer_module = importlib.import_module(f"torch.optim.{name}")
             if hasattr(optimizer_module, "_get_capturable_supported_devices"):
                 stack.enter_context(
@@ -386,6 +386,8 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
         stack.enter_context(cuda_graphs_on_cpu())  # also lets capturable optimizers run on the CPU
         if force_capturable:
             stack.enter_context(mock.patch.object(torch.optim, "Adam", _capturable(torch.optim.Adam)))
+            if hasattr(module, "make_radam"):  # a PQN twin's RAdam state, for torch.optim's functional radam
+                stack.enter_context(mock.patch.object(module, "make_radam", _capturable(module.make_radam)))
         if getattr(args, "compile", False):  # eager scripts have no --compile
             stack.enter_context(compile_through_dispatcher())
         module.main(args)

@@ -107,3 +107,35 @@ def random_ppo_minibatch(n, seed):
     advantages = torch.randn(n, generator=g) * 2.0 + 0.3
     returns = oldvalue + torch.randn(n, generator=g)
     return newlogprob, oldlogprob, entropy, newvalue, oldvalue, advantages, returns
+
+
+def q_lambda_returns_reference(rewards, values, dones, next_value, next_done, gamma, q_lambda):
+    """PQN's Q(lambda) returns as the paper defines them, one scalar at a time, in float64: the lambda-weighted mix of
+    the n-step returns (Peng's Q(lambda), Gallici et al. 2024, eq. 7), not the backward recursion the scripts use.
+
+    Rollout convention as gae_reference: values[t] is max_a Q(obs[t], a), dones[t] == 1 means obs[t] begins an
+    episode; the obs after the rollout has next_value, next_done. The n-step return from t is
+    G_n = sum_{k<n} gamma^k r[t+k] + gamma^n max_a Q(obs[t+n]); it stops (no bootstrap, no later reward) at the first
+    step that ends an episode. With H = T - t steps left in the rollout,
+    R[t] = (1 - lambda) sum_{n=1}^{H-1} lambda^(n-1) G_n + lambda^(H-1) G_H. Returns (T, B) float64.
+    """
+    r, v, d = (x.double().tolist() for x in (rewards, values, dones))
+    nv, nd = next_value.double().tolist(), next_done.double().tolist()
+    T, B = len(r), len(r[0])
+    out = [[0.0] * B for _ in range(T)]
+    for b in range(B):
+        # what follows step s: the max-Q value of the next obs and whether step s ended its episode
+        following_value = [v[s + 1][b] for s in range(T - 1)] + [nv[b]]
+        ends = [d[s + 1][b] for s in range(T - 1)] + [nd[b]]
+        for t in range(T):
+            horizon, n_step = T - t, []
+            discounted, ended = 0.0, False
+            for n in range(1, horizon + 1):
+                s = t + n - 1  # the last step of this n-step return
+                if not ended:
+                    discounted += gamma ** (n - 1) * r[s][b]
+                    ended = ends[s] == 1.0
+                n_step.append(discounted if ended else discounted + gamma**n * following_value[s])
+            weights = [(1 - q_lambda) * q_lambda ** (n - 1) for n in range(1, horizon)] + [q_lambda ** (horizon - 1)]
+            out[t][b] = sum(w * g for w, g in zip(weights, n_step))
+    return torch.tensor(out, dtype=torch.float64)

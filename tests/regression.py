@@ -55,6 +55,8 @@ R2D2 = ("--env-id", "CartPole-v1", "--num-envs", "4", "--hidden-size", "16", "--
 R2D2 += ("--seq-len", "3", "--overlap", "1", "--batch-size", "8", "--train-frequency", "8")
 R2D2 += ("--buffer-size", "400", "--learning-starts", "200", "--target-network-frequency", "10")
 R2D2 += ("--measure-burnin", "1", "--total-timesteps", "600")
+# 6 iterations of 4 envs x 32 steps: the returns, called once an iteration, are captured in the 5th
+PQN = ("--num-steps", "32", "--total-timesteps", "768", "--measure-burnin", "1")
 R2D2_ATARI = ("--num-envs", "2", "--hidden-size", "32", "--burn-in", "4", "--seq-len", "8", "--overlap", "4")
 R2D2_ATARI += ("--batch-size", "4", "--buffer-size", "400", "--learning-starts", "40", "--train-frequency", "4")
 R2D2_ATARI += ("--target-network-frequency", "20", "--measure-burnin", "1", "--total-timesteps", "160")
@@ -69,6 +71,7 @@ PAIRS = {
     "sac_continuous_action": OFF_POLICY,
     "td3_continuous_action": OFF_POLICY,
     "r2d2_atari_envpool": R2D2,
+    "pqn": PQN,
 }
 # the --total-timesteps of each pair's run cut at its first update: the first log point that holds every loss (PPO:
 # one rollout and its update epochs; SAC and TD3: the first two gradient steps, the second one the actor's; DQN and
@@ -81,6 +84,7 @@ FIRST = {
     "sac_continuous_action": "103",
     "td3_continuous_action": "103",
     "r2d2_atari_envpool": "204",
+    "pqn": "128",
 }
 
 
