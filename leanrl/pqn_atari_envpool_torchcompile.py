@@ -285,7 +285,7 @@ def main(args):
         optimizer = optim.RAdam(
             q_network.parameters(),
             lr=torch.tensor(args.learning_rate, device=device),
-            capturable=device.type == "cuda" or args.cudagraphs,
+            capturable=device.type == "cuda",
         )
 
         # ALGO Logic: Storage setup

@@ -386,6 +386,7 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
         stack.enter_context(cuda_graphs_on_cpu())  # also lets capturable optimizers run on the CPU
         if force_capturable:
             stack.enter_context(mock.patch.object(torch.optim, "Adam", _capturable(torch.optim.Adam)))
+            stack.enter_context(mock.patch.object(torch.optim, "RAdam", _capturable(torch.optim.RAdam)))
             if hasattr(module, "make_radam"):  # a PQN twin's RAdam state, for torch.optim's functional radam
                 stack.enter_context(mock.patch.object(module, "make_radam", _capturable(module.make_radam)))
         if getattr(args, "compile", False):  # eager scripts have no --compile

@@ -60,6 +60,8 @@ PQN = ("--num-steps", "32", "--total-timesteps", "768", "--measure-burnin", "1")
 R2D2_ATARI = ("--num-envs", "2", "--hidden-size", "32", "--burn-in", "4", "--seq-len", "8", "--overlap", "4")
 R2D2_ATARI += ("--batch-size", "4", "--buffer-size", "400", "--learning-starts", "40", "--train-frequency", "4")
 R2D2_ATARI += ("--target-network-frequency", "20", "--measure-burnin", "1", "--total-timesteps", "160")
+PQN_ATARI = ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2")
+PQN_ATARI += ("--total-timesteps", "640", "--measure-burnin", "1")
 DIST = ("--local-num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1")
 DIST += ("--total-timesteps", "64", "--measure-burnin", "1")
 
@@ -72,10 +74,11 @@ PAIRS = {
     "td3_continuous_action": OFF_POLICY,
     "r2d2_atari_envpool": R2D2,
     "pqn": PQN,
+    "pqn_atari_envpool": PQN_ATARI,
 }
-# the --total-timesteps of each pair's run cut at its first update: the first log point that holds every loss (PPO:
-# one rollout and its update epochs; SAC and TD3: the first two gradient steps, the second one the actor's; DQN and
-# R2D2: the first gradient step)
+# the --total-timesteps of each pair's run cut at its first update: the first log point that holds every loss (PPO,
+# PQN: one rollout and its update epochs; SAC and TD3: the first two gradient steps, the second one the actor's; DQN
+# and R2D2: the first gradient step)
 FIRST = {
     "ppo_atari_envpool": "64",
     "ppo_continuous_action": "64",
@@ -85,6 +88,7 @@ FIRST = {
     "td3_continuous_action": "103",
     "r2d2_atari_envpool": "204",
     "pqn": "128",
+    "pqn_atari_envpool": "64",
 }
 
 

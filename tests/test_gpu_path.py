@@ -19,6 +19,7 @@ MAX_BYTES_IN = {
     "sac_continuous_action_torchcompile": 48,  # update: count 8, tau 4, obs 12, action 4, reward 4, next obs 12, end 4
     "td3_continuous_action_torchcompile": 44,  # the update: count 8, one transition (obs 3, act, rew, next obs 3, term)
     "r2d2_atari_envpool_torchcompile": 644,  # the policy step of 4 envs: obs, last action and reward, first, h, c, eps
+    "pqn_atari_envpool_torchcompile": 32 * 8,  # the update's minibatch indices (32 int64); the policy step's: 8 bytes
     "pqn_torchcompile": 32 * 8,  # the update's 32 int64 minibatch indices (policy step 8, returns: next obs, done 80)
 }
 
