@@ -18,7 +18,7 @@
 #          --no-plot   --publish   --rounds K (--steady)   --base DIR, --peer DIR (--steady; relative paths from
 #          this clone)
 # Pairs: ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action
-#        r2d2_atari_envpool; and ppo_atari_envpool_distributed (speed only, machines with several GPUs).
+#        r2d2_atari_envpool pqn; and ppo_atari_envpool_distributed (speed only, machines with several GPUs).
 # Speed variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both; on a machine
 # with several GPUs, the distributed PPO Atari at 1, 2 and all of them. A failed run is recorded and the table goes on.
 # Output, all in DIR: results.jsonl, the run folders, command.txt, and from plots/plot.py speed.md (--learning:
@@ -27,7 +27,7 @@
 # already measured: python3 plots/plot.py --results DIR/results.jsonl [--learning [--part NAME]] --publish (--part: a
 # returns table of its own beside the main one)
 # --learning budgets on a CPU: CleanRL's full budgets where a CPU finishes them, ppo_continuous_action HalfCheetah-v4
-# 1M steps (about an hour for its 6 runs on a 2-core CPU) and dqn CartPole-v1 500k (about 15 minutes); the others at
+# 1M steps (an hour for its 6 runs on a 2-core CPU), dqn and pqn CartPole-v1 500k (dqn: about 15 minutes); the others at
 # the longest budget whose 6 runs fit about an hour on a 2-core CPU (estimated from the --quick table's steps/s):
 # ppo_atari_envpool Breakout-v5 130k, sac_continuous_action HalfCheetah-v4 45k, td3_continuous_action HalfCheetah-v4
 # 80k, dqn_atari_envpool Breakout-v5 50k (learning from 10k, replay of 100k), r2d2_atari_envpool on velocity-masked
@@ -38,6 +38,7 @@ cd "$(dirname "$0")"
 
 PAIRS="ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action"
 PAIRS="$PAIRS r2d2_atari_envpool"
+PAIRS="$PAIRS pqn"
 DISTRIBUTED=ppo_atari_envpool_distributed
 die() { echo "run.sh: error: $*" >&2; exit 2; }
 
@@ -126,6 +127,8 @@ budget() {
     ppo_continuous_action:learning*) echo "--total-timesteps 1000000" ;;
     dqn:quick) echo "--total-timesteps 30000 --measure-burnin 1000" ;;
     dqn:speed | dqn:learning*) echo "--total-timesteps 500000" ;;
+    pqn:quick) echo "--total-timesteps 30720 --measure-burnin 10" ;;
+    pqn:speed | pqn:learning*) echo "--total-timesteps 500000" ;;
     dqn_atari_envpool:quick) echo "--total-timesteps 4000 --learning-starts 1000 --buffer-size 10000 --measure-burnin 1100" ;;
     dqn_atari_envpool:speed) echo "--total-timesteps 500000" ;;
     dqn_atari_envpool:learning) echo "--total-timesteps 50000 --learning-starts 10000 --buffer-size 100000" ;;

@@ -278,6 +278,7 @@ def plan(peer, dry_run, cores):
         cont = ["--num-steps", "64", "--num-minibatches", "2"]
         sac = td3 = ["--learning-starts", "300", "--batch-size", "32"]
         dqn = ["--learning-starts", "300"]
+        pqn = ["--num-steps", "32"]
         dqn_atari = ["--learning-starts", "300", "--buffer-size", "2000", "--batch-size", "8"]
         r2d2 = ["--env-id", "CartPole-v1", "--num-envs", "4", "--hidden-size", "16", "--burn-in", "1", "--seq-len"]
         r2d2 += ["3", "--overlap", "1", "--batch-size", "8", "--train-frequency", "8", "--buffer-size", "400"]
@@ -288,6 +289,7 @@ def plan(peer, dry_run, cores):
         cont = []
         sac = td3 = ["--learning-starts", "5000"]
         dqn = ["--learning-starts", "10000"]
+        pqn = []
         dqn_atari = ["--learning-starts", "10000"]
         r2d2 = ["--learning-starts", "20000"]
         starts = dict(sac=5000, td3=5000, dqn=10000, dqn_atari=10000, r2d2=20000)
@@ -296,6 +298,7 @@ def plan(peer, dry_run, cores):
     steps_atari8, steps_atari64 = n8 * (8 if dry_run else 128), n64 * (8 if dry_run else 128)
     steps_cont = 64 if dry_run else 2048
     r2d2_envs = 4 if dry_run else 32
+    steps_pqn, pqn_k0 = 4 * (32 if dry_run else 128), 1 if dry_run else 6  # the returns captured in iteration 5
 
     def job(side, pair, variant, flags, steps_per_iter, k0, env_id, num_envs, **extra):
         eager = variant == "eager"
@@ -357,9 +360,11 @@ def plan(peer, dry_run, cores):
             job("leanrl-peer", "td3_continuous_action", full, td3, 1, off(starts["td3"]), cheetah, 1),
             job("leanrl", "td3_continuous_action", full, td3, 1, off(starts["td3"]), cheetah, 1),
         ],
-        [  # ours: DQN, DQN Atari, R2D2 (no LeanRL counterpart for the last two)
+        [  # ours: DQN, PQN, DQN Atari, R2D2 (no LeanRL counterpart for the last three)
             job("leanrl", "dqn", "eager", dqn, 1, off(starts["dqn"]), cartpole, 1),
             job("leanrl", "dqn", full, dqn, 1, off(starts["dqn"]), cartpole, 1),
+            job("leanrl", "pqn", "eager", pqn, steps_pqn, pqn_k0, cartpole, 4),
+            job("leanrl", "pqn", full, pqn, steps_pqn, pqn_k0, cartpole, 4),
             job("leanrl", "dqn_atari_envpool", "eager", dqn_atari, 1, off(starts["dqn_atari"]), atari, 1),
             job("leanrl", "dqn_atari_envpool", full, dqn_atari, 1, off(starts["dqn_atari"]), atari, 1),
             job("leanrl", "r2d2_atari_envpool", "eager", r2d2, r2d2_envs, off(starts["r2d2"] // r2d2_envs), atari, 32),

@@ -25,38 +25,38 @@ TRICK = re.compile(r"(?<!`)#\s*trick:\s*(.+)$")  # not a `# trick:` quoted in a 
 
 # (trick, what it buys, pattern searched in the lines a script's diff adds: code or its comments)
 CATALOGUE = [
-    ("`torch.compile`", "fuses the small ops of the policy step, the math and the update (`--compile`)",
+    ("`torch.compile`", "fuses the small ops of each step and of the update (`--compile`)",
      r"torch\.compile\("),
-    ("CUDA graphs", "tensordict's `CudaGraphModule`: a step recorded once, replayed with one launch (`--cudagraphs`)",
+    ("CUDA graphs", "`CudaGraphModule`: a step recorded once, replayed in one launch (`--cudagraphs`)",
      r"CudaGraphModule"),
-    ("functions of tensors", "modules, optimizer and buffers bound with `partial`: a call takes only tensors",
+    ("functions of tensors", "modules, optimizer, buffers bound with `partial`: a call takes tensors",
      r"\bpartial\("),
-    ("device-side counters", "the rollout step or replay write position is a device tensor: no host sync",
+    ("device-side counters", "the step or the write position is a device tensor: no host sync",
      r"index_copy_|write (position|index)|step is (a device|an index) tensor"),
-    ("random draws on the device", "sampling and exploration on the device, merged with `torch.where`: no host branch",
+    ("random draws on the device", "exploration on the device, merged with `torch.where`: no host branch",
      r"torch\.where\(|torch\.rand(int)?\("),
-    ("fused, capturable Adam", "one kernel for all parameters, step count on the device: no sync",
+    ("fused, capturable Adam", "one kernel, the step count on the device: no sync",
      r"fused=|capturable="),
-    ("one-graph update", "`torch.autograd.grad` traced into the graph, Adam as tensor ops: one graph",
+    ("one-graph update", "gradients and optimizer step traced into one graph",
      r"trace_autograd_ops|torch\.autograd\.grad\("),
-    ("one compiled LSTM step", "`nested_compile_region`: compiled once, reused at every step, not unrolled",
+    ("one compiled LSTM step", "`nested_compile_region`: compiled once, not unrolled",
      r"nested_compile_region"),
-    ("`vmap` over Q-networks", "the Q-networks' parameters stacked, run as batched matmuls", r"\bvmap\("),
-    ("fused target update", "one in-place `torch._foreach_lerp_` over all parameters", r"_foreach_lerp_|\.lerp_\("),
+    ("`vmap` over Q-networks", "stacked Q-network parameters: batched matmuls", r"\bvmap\("),
+    ("fused target update", "one in-place `torch._foreach_lerp_`", r"_foreach_lerp_|\.lerp_\("),
     ("GAE by recursive doubling", "the reverse recurrence in log2(T) whole-tensor steps", r"doubling"),
-    ("minibatch gathered in the update", "the flat batch bound once, the indices the only input",
+    ("minibatch gathered in the update", "the flat batch bound once, indices the only input",
      r"inside the compiled"),
-    ("`zero_grad` by hand", "grads set to None, where `zero_grad` would break the graph", r"\.grad = None"),
+    ("`zero_grad` by hand", "grads set to None: `zero_grad` breaks the graph", r"\.grad = None"),
     ("no host reads in the hot loop", "losses stay on the device until a log point",
      r"no \.item\(\)|come to the host|stay on the device|read to the host once"),
-    ("one output a replay", "the logged scalars as one tensor: a CUDA graph clones each output",
+    ("one output a replay", "the logged scalars as one tensor: a graph clones each output",
      r"clones? (one|each|every) (tensor|output)"),
-    ("one upload a step", "storage written in place, the obs uploaded once, through pinned memory",
+    ("one upload a step", "storage written in place, obs uploaded once via pinned memory",
      r"non_blocking=True|pin_memory|uploaded once"),
     ("TF32 matmuls", "on GPUs that have them", r"set_float32_matmul_precision|allow_tf32"),
-    ("no distribution checks", "argument validation off: each check is a host sync", r"validate_args"),
-    ("aten's RNG on CPU", "`fallback_random`: inductor's CPU random numbers go through Python", r"fallback_random"),
-    ("one all-reduce", "a minibatch's gradients averaged over the ranks in one buffer", r"all_reduce"),
+    ("no distribution checks", "validation off: each check is a host sync", r"validate_args"),
+    ("aten's RNG on CPU", "`fallback_random`: inductor's CPU RNG runs Python", r"fallback_random"),
+    ("one all-reduce", "the gradients averaged over the ranks in one buffer", r"all_reduce"),
 ]  # fmt: skip
 
 # the README's column for each pair (a script not listed here gets its file name)
@@ -68,6 +68,8 @@ LABELS = {
     "dqn": "DQN",
     "dqn_atari_envpool": "DQN Atari",
     "r2d2_atari_envpool": "R2D2",
+    "pqn": "PQN",
+    "pqn_atari_envpool": "PQN Atari",
     "ppo_atari_envpool_distributed": "PPO dist.",
 }
 
@@ -203,7 +205,7 @@ def catalogue(root=ROOT):
         marks = ["✓" if re.search(pattern, added[script]) else "" for script, _ in pairs]
         if not any(marks):
             unused.append(trick)
-        out.append(f"| {trick} | {what} | " + " | ".join(marks) + " |")
+        out.append(f"| {trick} | {what} |" + "".join(f" {mark} |" if mark else " |" for mark in marks))
     return "\n".join(out) + "\n", unused
 
 

@@ -307,6 +307,7 @@ EAGER_MAX_LINES = {
     "dqn": 320,
     "dqn_atari_envpool": 350,
     "r2d2_atari_envpool": 650,
+    "pqn": 322,  # CleanRL's pqn.py: 248 lines
 }
 TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit before the rewrite
     "ppo_atari_envpool": 204,
@@ -316,6 +317,7 @@ TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit 
     "dqn": 127,
     "dqn_atari_envpool": 121,
     "r2d2_atari_envpool": 129,
+    "pqn": 149,  # at its first commit with tests (issue 24)
 }
 
 
