@@ -18,7 +18,7 @@
 #          --no-plot   --publish   --rounds K (--steady)   --base DIR, --peer DIR (--steady; relative paths from
 #          this clone)
 # Pairs: ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action
-#        r2d2_atari_envpool pqn; and ppo_atari_envpool_distributed (speed only, machines with several GPUs).
+#        r2d2_atari_envpool pqn pqn_atari_envpool; and ppo_atari_envpool_distributed (speed only, several GPUs).
 # Speed variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both; on a machine
 # with several GPUs, the distributed PPO Atari at 1, 2 and all of them. A failed run is recorded and the table goes on.
 # Output, all in DIR: results.jsonl, the run folders, command.txt, and from plots/plot.py speed.md (--learning:
@@ -29,16 +29,16 @@
 # --learning budgets on a CPU: CleanRL's full budgets where a CPU finishes them, ppo_continuous_action HalfCheetah-v4
 # 1M steps (an hour for its 6 runs on a 2-core CPU), dqn and pqn CartPole-v1 500k (dqn: about 15 minutes); the others at
 # the longest budget whose 6 runs fit about an hour on a 2-core CPU (estimated from the --quick table's steps/s):
-# ppo_atari_envpool Breakout-v5 130k, sac_continuous_action HalfCheetah-v4 45k, td3_continuous_action HalfCheetah-v4
-# 80k, dqn_atari_envpool Breakout-v5 50k (learning from 10k, replay of 100k), r2d2_atari_envpool on velocity-masked
-# CartPole-v1 with the --quick small-task settings 700k. With CUDA every pair runs CleanRL's full budget (Atari 10M,
-# MuJoCo 1M, DQN CartPole 500k; R2D2 Pong-v5 4M).
+# ppo_atari_envpool and pqn_atari_envpool Breakout-v5 130k, sac_continuous_action HalfCheetah-v4 45k,
+# td3_continuous_action HalfCheetah-v4 80k, dqn_atari_envpool Breakout-v5 50k (learning from 10k, replay of 100k),
+# r2d2_atari_envpool on velocity-masked CartPole-v1 with the --quick small-task settings 700k. With CUDA every pair
+# runs CleanRL's full budget (Atari 10M, MuJoCo 1M, DQN CartPole 500k; R2D2 Pong-v5 4M).
 set -uo pipefail
 cd "$(dirname "$0")"
 
 PAIRS="ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action"
 PAIRS="$PAIRS r2d2_atari_envpool"
-PAIRS="$PAIRS pqn"
+PAIRS="$PAIRS pqn pqn_atari_envpool"
 DISTRIBUTED=ppo_atari_envpool_distributed
 die() { echo "run.sh: error: $*" >&2; exit 2; }
 
@@ -144,6 +144,10 @@ budget() {
     r2d2_atari_envpool:learning-cuda) echo "--env-id Pong-v5 --total-timesteps 4000000" ;;
     sac_continuous_action:learning-cuda | td3_continuous_action:learning-cuda) echo "--total-timesteps 1000000" ;;
     ppo_atari_envpool:learning-cuda | dqn_atari_envpool:learning-cuda) echo "--total-timesteps 10000000" ;;
+    pqn_atari_envpool:quick) echo "--total-timesteps 3072 --measure-burnin 1" ;;
+    pqn_atari_envpool:speed) echo "--total-timesteps 500000" ;;
+    pqn_atari_envpool:learning) echo "--total-timesteps 130000" ;;
+    pqn_atari_envpool:learning-cuda) echo "--total-timesteps 10000000" ;;
     *) echo "" ;;
   esac
 }

@@ -26,6 +26,7 @@ PAIRS = [
     "td3_continuous_action",
     "r2d2_atari_envpool",
     "pqn",
+    "pqn_atari_envpool",
 ]
 HW = {"device": "cpu", "cpu": "Test CPU", "cpu_count": 2, "torch": "2.13.0"}
 ANCHORS = ROOT.parent / "shared" / "anchors"
@@ -425,6 +426,7 @@ def test_published_returns_are_in_the_repository_with_their_source():
     assert published[("ppo_continuous_action", "HalfCheetah-v4")] == [(1_000_000, "1442", "46")]
     assert published[("dqn", "CartPole-v1")] == [(500_000, "488.7", "16.1")]
     assert published[("pqn", "CartPole-v1")] == [(500_000, "495.13", "6.89")]  # CleanRL's PQN page
+    assert published[("pqn_atari_envpool", "Breakout-v5")] == [(10_000_000, "384.85", "12.39")]  # the same page
     assert {script for script, _ in published} <= set(PAIRS)
 
 
@@ -438,7 +440,7 @@ def test_published_returns_match_the_anchors_file():
         script, env, n, unit, mean, std = match.groups()
         anchors[(script, env, int(n) * (10**6 if unit == "M" else 10**3))] = (mean, std)
     copied = [(key, steps, mean, std) for key, rows in plot.read_published().items() for steps, mean, std in rows]
-    assert len(copied) == 7
+    assert len(copied) == 8
     for (script, env), steps, mean, std in copied:
         if script.startswith("pqn"):  # from CleanRL's PQN page, which the anchors file lacks (the csv says so)
             continue

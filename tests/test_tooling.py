@@ -308,6 +308,7 @@ EAGER_MAX_LINES = {
     "dqn_atari_envpool": 350,
     "r2d2_atari_envpool": 650,
     "pqn": 322,  # CleanRL's pqn.py: 248 lines
+    "pqn_atari_envpool": 378,  # CleanRL's pqn_atari_envpool.py: 291 lines
 }
 TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit before the rewrite
     "ppo_atari_envpool": 204,
@@ -318,6 +319,7 @@ TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit 
     "dqn_atari_envpool": 121,
     "r2d2_atari_envpool": 129,
     "pqn": 149,  # at its first commit with tests (issue 24)
+    "pqn_atari_envpool": 158,  # at its first commit with tests (issue 24)
 }
 
 
