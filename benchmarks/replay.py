@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
@@ -126,9 +127,35 @@ def flat_rows(module, capacity, device, compiled, obs_dim, act_dim=None, num_env
     )
 
 
-def dqn_flat(module, capacity, device, compiled):
-    """dqn.py / dqn_torchcompile.py on CartPole: 4 floats of obs, batch 128."""
-    return flat_rows(module, capacity, device, compiled, obs_dim=4)
+def dqn_flat(module, capacity, device, compiled, num_envs=1, batch_size=128):
+    """dqn.py / dqn_torchcompile.py on CartPole: 4 floats of obs, batch 128. Both write one numpy buffer in place; the
+    eager script samples it with numpy and moves the batch to the device, the twin samples tensors on the device (on a
+    CPU the buffer's own memory; on CUDA a copy, and its add here includes the upload of the written row)."""
+    buffer = module.make_buffer(capacity, 4)
+    storage = {key: torch.from_numpy(value) for key, value in buffer.items()}  # the buffer's memory as tensors
+    rng = np.random.default_rng(0)
+    obs = [rng.standard_normal((num_envs, 4), dtype=np.float32) for _ in range(2)]
+    step = dict(obs=obs[0], actions=np.zeros(num_envs, dtype=np.int64), rewards=np.ones(num_envs), next_obs=obs[1])
+    step["terminations"] = np.zeros(num_envs, dtype=bool)
+    add = lambda: module.buffer_add(buffer, capacity, step)  # noqa: E731
+    sample = lambda: module.buffer_sample(buffer, capacity, batch_size, device)  # noqa: E731
+    if module.__name__.endswith("_torchcompile"):
+        replay, count = {key: value.to(device) for key, value in storage.items()}, torch.tensor(capacity, device=device)
+        sample_fn = torch.compile(module.buffer_sample, fullgraph=True) if compiled else module.buffer_sample
+        sample = lambda: sample_fn(replay, count, batch_size)  # noqa: E731
+        if device.type == "cuda":
+            storage = {key: value.pin_memory() for key, value in storage.items()}
+            buffer = {key: value.numpy() for key, value in storage.items()}
+            add = lambda: module.upload(replay, storage, capacity, module.buffer_add(buffer, capacity, step))  # noqa: E731
+    return Bench(
+        add=add,
+        sample=sample,
+        add_items=num_envs,
+        sample_items=batch_size,
+        stored_bytes=sum(value.nbytes for value in buffer.values()),
+        capacity=capacity,
+        storage=storage,
+    )
 
 
 def mujoco_flat(module, capacity, device, compiled):

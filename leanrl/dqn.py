@@ -122,44 +122,43 @@ def dqn_target(rewards, next_q_values, terminations, gamma):
     return rewards + gamma * target_max * (1 - terminations)
 
 
-def make_buffer(capacity, obs_dim, device):
-    """The replay memory: preallocated tensors, one row per transition."""
+def make_buffer(capacity, obs_dim):
+    """The replay memory: preallocated numpy arrays written in place, one row per transition (as SB3's ReplayBuffer
+    that CleanRL uses)."""
     return dict(
-        obs=torch.zeros(capacity, obs_dim, device=device),
-        actions=torch.zeros(capacity, dtype=torch.long, device=device),
-        rewards=torch.zeros(capacity, device=device),
-        next_obs=torch.zeros(capacity, obs_dim, device=device),
-        terminations=torch.zeros(capacity, device=device),
+        obs=np.zeros((capacity, obs_dim), dtype=np.float32),
+        actions=np.zeros(capacity, dtype=np.int64),
+        rewards=np.zeros(capacity, dtype=np.float32),
+        next_obs=np.zeros((capacity, obs_dim), dtype=np.float32),
+        terminations=np.zeros(capacity, dtype=np.float32),
     )
 
 
 def buffer_add(buffer, count, transition):
-    """Write n transitions (a dict of tensors with n rows) into the ring after the `count` written so far;
+    """Write n transitions (a dict of arrays with n rows) into the ring after the `count` written so far;
     returns the new count. The oldest rows are overwritten once the buffer is full."""
-    capacity = buffer["obs"].shape[0]
-    n = transition["obs"].shape[0]
-    rows = torch.arange(count, count + n, device=buffer["obs"].device) % capacity
+    capacity, n = len(buffer["obs"]), len(transition["obs"])
+    start = count % capacity
+    rows = slice(start, start + n) if start + n <= capacity else np.arange(start, start + n) % capacity
     for key, value in transition.items():
         buffer[key][rows] = value
     return count + n
 
 
-def buffer_sample(buffer, count, batch_size, generator=None):
-    """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
-    size = min(count, buffer["obs"].shape[0])
-    idx = torch.randint(0, size, (batch_size,), device=buffer["obs"].device, generator=generator)
-    return {key: value[idx] for key, value in buffer.items()}
+def buffer_sample(buffer, count, batch_size, device):
+    """A batch of transitions drawn uniformly, with replacement, from the filled rows, as tensors on `device`."""
+    idx = np.random.randint(min(count, len(buffer["obs"])), size=batch_size)
+    return {key: torch.from_numpy(value[idx]).to(device) for key, value in buffer.items()}
 
 
-def epsilon_greedy(q_network, obs, epsilon, n_actions):
-    """One coin per env: a random action with probability epsilon, else the greedy one (numpy actions)."""
-    explore = np.random.rand(obs.shape[0]) < epsilon
-    actions = np.random.randint(n_actions, size=obs.shape[0])
-    if not explore.all():
-        with torch.no_grad():
-            greedy = q_network(obs).argmax(dim=1).cpu().numpy()
-        actions = np.where(explore, actions, greedy)
-    return actions
+def epsilon_greedy(q_network, obs, epsilon, n_actions, device):
+    """One coin per env: a random action with probability epsilon, else the greedy one (numpy obs and actions)."""
+    explore = [random.random() < epsilon for _ in range(len(obs))]
+    if all(explore):
+        return np.array([random.randrange(n_actions) for _ in explore])
+    with torch.no_grad():
+        greedy = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device)).argmax(dim=1).tolist()
+    return np.array([random.randrange(n_actions) if e else g for e, g in zip(explore, greedy)])
 
 
 def update(q_network, target_network, optimizer, batch, gamma):
@@ -178,7 +177,8 @@ def update(q_network, target_network, optimizer, batch, gamma):
 
 def train_step(q_network, target_network, optimizer, buffer, count, batch_size, gamma):
     """Sample a batch from the buffer and take one gradient step on it; returns (TD loss, mean Q)."""
-    return update(q_network, target_network, optimizer, buffer_sample(buffer, count, batch_size), gamma)
+    batch = buffer_sample(buffer, count, batch_size, next(q_network.parameters()).device)
+    return update(q_network, target_network, optimizer, batch, gamma)
 
 
 def update_target(target_network, q_network, tau):
@@ -212,27 +212,25 @@ def check_args(args):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             bk.fail(__file__, f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
     bk.check_gym_env(__file__, args.env_id, gym.spaces.Discrete, "CartPole-v1")
-    if not isinstance(gym.make(args.env_id).observation_space, gym.spaces.Box):  # e.g. FrozenLake's Discrete states
-        bk.fail(__file__, f"--env-id {args.env_id} has no vector observations, the wrong family (try CartPole-v1)")
+    with gym.make(args.env_id) as env:  # e.g. FrozenLake's Discrete states
+        if not isinstance(env.observation_space, gym.spaces.Box):
+            bk.fail(__file__, f"--env-id {args.env_id} has no vector observations, the wrong family (try CartPole-v1)")
 
 
 def evaluate(args, device):
     """Play args.eval_episodes episodes epsilon-greedily (args.eval_epsilon) with a saved Q-network."""
-    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
-    if "network.0.weight" not in checkpoint["model"]:  # another script's checkpoint
-        bk.fail(__file__, f"--eval-checkpoint {args.eval_checkpoint} is not a checkpoint of this script")
+    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "q_network")
     args.env_id = checkpoint["args"]["env_id"]
-    np.random.seed(args.seed)  # the exploration coins
+    random.seed(args.seed)  # the exploration coins
     torch.manual_seed(args.seed)
     with bk.Run(__file__, args, device, burnin=0, mode="eval") as run:
         envs = make_envs(args.env_id, 1, run.videos)
         n_actions = int(envs.single_action_space.n)
         q_network = QNetwork(envs.single_observation_space.shape[0], n_actions).to(device)
-        q_network.load_state_dict(checkpoint["model"])
+        q_network.load_state_dict(checkpoint["q_network"])
 
         def act(obs):
-            obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            return epsilon_greedy(q_network, obs, args.eval_epsilon, n_actions)
+            return epsilon_greedy(q_network, obs, args.eval_epsilon, n_actions, device)
 
         run.play(envs, act, lambda *step: [r for r, _ in bk.gym_episodes(step[-1])], args.eval_episodes, seed=args.seed)
 
@@ -262,21 +260,20 @@ def main(args):
         target_network = QNetwork(obs_dim, n_actions).to(device)
         target_network.load_state_dict(q_network.state_dict())
 
-        buffer, count = make_buffer(args.buffer_size, obs_dim, device), 0
+        buffer, count = make_buffer(args.buffer_size, obs_dim), 0
 
         if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
-            run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, q_network=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
         global_step, stats = 0, None
         obs, _ = envs.reset(seed=args.seed)
-        obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
         for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             epsilon = linear_schedule(
                 args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
             )
             run.fields["epsilon"] = epsilon  # the results line reports the last one
-            actions = epsilon_greedy(q_network, obs, epsilon, n_actions)
+            actions = epsilon_greedy(q_network, obs, epsilon, n_actions, device)
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -288,15 +285,15 @@ def main(args):
             # save data to the replay buffer: a truncated transition keeps its true last obs and bootstraps from it
             transition = dict(
                 obs=obs,
-                actions=torch.as_tensor(actions, device=device),
-                rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
-                next_obs=torch.as_tensor(real_next_obs(next_obs, infos), dtype=torch.float32, device=device),
-                terminations=torch.as_tensor(terminations, dtype=torch.float32, device=device),
+                actions=actions,
+                rewards=rewards,
+                next_obs=real_next_obs(next_obs, infos),
+                terminations=terminations,
             )
             count = buffer_add(buffer, count, transition)
 
             # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
-            obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+            obs = next_obs
 
             # ALGO LOGIC: training.
             if learning:

@@ -51,7 +51,7 @@ class Args:
     eval_epsilon: float = 0.05
     """the exploration rate of an evaluation (CleanRL's evaluation uses 0.05)"""
     compile: bool = False
-    """whether to use torch.compile on the policy step, the buffer write and the update"""
+    """whether to use torch.compile on the policy step and the update"""
     cudagraphs: bool = False
     """whether to use CUDA graphs (tensordict's CudaGraphModule); needs CUDA"""
 
@@ -128,36 +128,47 @@ def dqn_target(rewards, next_q_values, terminations, gamma):
     return rewards + gamma * target_max * (1 - terminations)
 
 
-def make_buffer(capacity, obs_dim, device):
-    """The replay memory: preallocated tensors, one row per transition."""
+def make_buffer(capacity, obs_dim):
+    """The replay memory: preallocated numpy arrays written in place, one row per transition (as SB3's ReplayBuffer
+    that CleanRL uses)."""
     return dict(
-        obs=torch.zeros(capacity, obs_dim, device=device),
-        actions=torch.zeros(capacity, dtype=torch.long, device=device),
-        rewards=torch.zeros(capacity, device=device),
-        next_obs=torch.zeros(capacity, obs_dim, device=device),
-        terminations=torch.zeros(capacity, device=device),
+        obs=np.zeros((capacity, obs_dim), dtype=np.float32),
+        actions=np.zeros(capacity, dtype=np.int64),
+        rewards=np.zeros(capacity, dtype=np.float32),
+        next_obs=np.zeros((capacity, obs_dim), dtype=np.float32),
+        terminations=np.zeros(capacity, dtype=np.float32),
     )
 
 
 def buffer_add(buffer, count, transition):
-    """Write n transitions (a dict of tensors with n rows) into the ring after the `count` written so far;
+    """Write n transitions (a dict of arrays with n rows) into the ring after the `count` written so far;
     returns the new count. The oldest rows are overwritten once the buffer is full."""
-    capacity = buffer["obs"].shape[0]
-    n = transition["obs"].shape[0]
-    # trick: the write position is a device tensor (count, a 0-d int64), so a write needs nothing from the host and
-    # the same compiled code (and CUDA graph) serves every step; the function returns the new count
-    rows = (count + torch.arange(n, device=buffer["obs"].device)) % capacity
+    capacity, n = len(buffer["obs"]), len(transition["obs"])
+    start = count % capacity
+    rows = slice(start, start + n) if start + n <= capacity else np.arange(start, start + n) % capacity
     for key, value in transition.items():
         buffer[key][rows] = value
     return count + n
 
 
-def buffer_sample(buffer, count, batch_size, generator=None):
+def upload(replay, pinned, done, count):
+    """Copy the rows written after the first `done` of `count` writes from the pinned host buffer to the device."""
+    # trick: on CUDA the buffer is written on the host and copied up before each update in one go, from pinned memory
+    # with non_blocking copies (the next step's read of the actions waits for them before a row is written again)
+    capacity = len(pinned["obs"])
+    start, n = done % capacity, min(count - done, capacity)
+    for rows in (slice(start, min(start + n, capacity)), slice(0, max(start + n - capacity, 0))):
+        for key, value in replay.items():
+            value[rows].copy_(pinned[key][rows], non_blocking=True)
+    return count
+
+
+def buffer_sample(buffer, count, batch_size):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = count.clamp(max=buffer["obs"].shape[0])
     # trick: torch.randint needs its bound on the host (a sync): draw uniform 62-bit integers on the device and take
     # them modulo the device-side size (exact integers; the modulo's bias, under size / 2**62, is nil in practice)
-    idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device, generator=generator) % size
+    idx = torch.randint(2**62, (batch_size,), device=buffer["obs"].device) % size
     return {key: value[idx] for key, value in buffer.items()}
 
 
@@ -194,9 +205,8 @@ def train_step(q_network, target_network, optimizer, buffer, count, batch_size, 
 
 def update_target(target_network, q_network, tau):
     """target <- tau * online + (1 - tau) * target (tau = 1: a copy)."""
-    # trick: one fused multi-tensor lerp, in place (a CUDA graph of the update reads these very tensors). A separate
-    # small compiled function called every --target-network-frequency steps, rather than a masked lerp inside
-    # the update: no work on the other updates. lerp with weight 1 returns the online values exactly
+    # trick: one fused multi-tensor lerp, in place (a CUDA graph of the update reads these very tensors), compiled on
+    # its own and called every --target-network-frequency steps. lerp with weight 1 returns the online values exactly
     with torch.no_grad():
         torch._foreach_lerp_(list(target_network.parameters()), list(q_network.parameters()), tau)
 
@@ -226,23 +236,21 @@ def check_args(args):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             bk.fail(__file__, f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
     bk.check_gym_env(__file__, args.env_id, gym.spaces.Discrete, "CartPole-v1")
-    if not isinstance(gym.make(args.env_id).observation_space, gym.spaces.Box):  # e.g. FrozenLake's Discrete states
-        bk.fail(__file__, f"--env-id {args.env_id} has no vector observations, the wrong family (try CartPole-v1)")
+    with gym.make(args.env_id) as env:  # e.g. FrozenLake's Discrete states
+        if not isinstance(env.observation_space, gym.spaces.Box):
+            bk.fail(__file__, f"--env-id {args.env_id} has no vector observations, the wrong family (try CartPole-v1)")
 
 
 def evaluate(args, device):
     """Play args.eval_episodes episodes epsilon-greedily (args.eval_epsilon) with a saved Q-network."""
-    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
-    if "network.0.weight" not in checkpoint["model"]:  # another script's checkpoint
-        bk.fail(__file__, f"--eval-checkpoint {args.eval_checkpoint} is not a checkpoint of this script")
+    checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "q_network")
     args.env_id = checkpoint["args"]["env_id"]
-    np.random.seed(args.seed)  # the exploration coins
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.seed)  # the exploration coins
     with bk.Run(__file__, args, device, burnin=0, mode="eval") as run:
         envs = make_envs(args.env_id, 1, run.videos)
         n_actions = int(envs.single_action_space.n)
         q_network = QNetwork(envs.single_observation_space.shape[0], n_actions).to(device)
-        q_network.load_state_dict(checkpoint["model"])
+        q_network.load_state_dict(checkpoint["q_network"])
 
         def act(obs):
             with torch.no_grad():
@@ -275,99 +283,90 @@ def main(args):
         envs = make_envs(args.env_id, args.num_envs, run.videos)
         obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
         q_network = QNetwork(obs_dim, n_actions).to(device)
-        # trick: fused Adam updates every parameter in one CUDA kernel (on a CPU the default foreach Adam is faster);
-        # capturable keeps its step count on the GPU, so a step never syncs and can be captured (torch.compile
-        # arranges this itself)
+        # trick: fused Adam updates every parameter in one CUDA kernel (on a CPU the default Adam is faster); capturable
+        # keeps its step count on the GPU: a step never syncs and can be captured (torch.compile arranges this itself)
+        cuda = device.type == "cuda"
         optimizer = optim.Adam(
-            q_network.parameters(),
-            lr=args.learning_rate,
-            fused=device.type == "cuda",
-            capturable=device.type == "cuda" and not args.compile,
+            q_network.parameters(), lr=args.learning_rate, fused=cuda, capturable=cuda and not args.compile
         )
         target_network = QNetwork(obs_dim, n_actions).to(device)
         target_network.load_state_dict(q_network.state_dict())
 
-        buffer, count = make_buffer(args.buffer_size, obs_dim, device), torch.zeros((), dtype=torch.long, device=device)
+        buffer, count = make_buffer(args.buffer_size, obs_dim), 0
+        # trick: the sampler reads the replay memory on the device: on a CPU the buffer's own memory, on CUDA a copy
+        # kept up to date by upload() from a pinned host buffer; the count it reads is a device tensor
+        pinned = {key: torch.from_numpy(value) for key, value in buffer.items()}
+        if cuda:  # buffer_add writes into pinned memory
+            pinned = {key: value.pin_memory() for key, value in pinned.items()}
+            buffer = {key: value.numpy() for key, value in pinned.items()}
+        replay = {key: value.to(device) for key, value in pinned.items()}  # on a CPU: the same tensors
+        uploaded, count_t = 0, torch.zeros((), dtype=torch.long, device=device)
+        obs_staging, epsilon_t = torch.zeros((args.num_envs, obs_dim), pin_memory=cuda), torch.ones((), device=device)
 
-        # trick: torch.compile fuses the small ops of the policy step, the buffer write and the update, and removes most
-        # of their Python overhead; CudaGraphModule records each as a CUDA graph and replays it with one launch (inputs
-        # copied into static buffers, outputs cloned out). The functions are compiled before the modules, optimizer,
-        # buffer and non-tensor arguments are bound with partial: each keeps its own compiled code (compiled partials
-        # would share one code cache and check each other's guards), and a CUDA graph takes only tensors and reads the
-        # bound tensors in place. The warmup calls run before the capture: the compiler has finished and Adam has made
-        # its state by then.
-        policy_fn, add_fn, train_fn, target_fn = epsilon_greedy, buffer_add, train_step, update_target
+        # trick: torch.compile fuses the small ops of the policy step and the update; CudaGraphModule replays each as a
+        # CUDA graph. Compiled, then bound with partial: each keeps its own code, and a graph takes only tensors
+        policy_fn, train_fn, target_fn = epsilon_greedy, train_step, update_target
         if args.compile:
             train_fn, target_fn = torch.compile(train_fn), torch.compile(target_fn, fullgraph=True)
-        if args.compile and device.type == "cuda":
-            # trick: the per-env-step functions only on CUDA, where they fuse kernels and feed the CUDA graphs. On a
-            # CPU a compiled call's fixed cost (guards, wrappers) exceeds what it saves on a batch-1 MLP forward or a
-            # one-row buffer write, so there they run eagerly
-            policy_fn, add_fn = torch.compile(policy_fn, fullgraph=True), torch.compile(add_fn, fullgraph=True)
-        policy, add_fn = partial(policy_fn, q_network), partial(add_fn, buffer)
+            # trick: the policy step only on CUDA: on a CPU a compiled call costs more than a batch-1 MLP forward
+            policy_fn = torch.compile(policy_fn, fullgraph=True) if cuda else policy_fn
+        policy = partial(policy_fn, q_network)
         train_fn = partial(
-            train_fn, q_network, target_network, optimizer, buffer, batch_size=args.batch_size, gamma=args.gamma
+            train_fn, q_network, target_network, optimizer, replay, batch_size=args.batch_size, gamma=args.gamma
         )
         target_fn = partial(target_fn, target_network, q_network, args.tau)
-        # --measure-burnin's default (100 iterations) covers the update's compile, 5 warm-up calls and capture at
-        # --train-frequency 10 (the policy step and the buffer write are captured before learning starts)
+        # --measure-burnin's default (100 iterations) covers the update's compile, 5 warm-up calls and capture
         if args.cudagraphs:
             policy = CudaGraphModule(policy, warmup=5)
-            add_fn = CudaGraphModule(add_fn, warmup=5)
             train_fn = CudaGraphModule(train_fn, warmup=5)
-            # trick: the target update is captured too, as a graph of its own (it runs apart from the update: see
-            # update_target; its steps need not be training steps)
+            # trick: the target update is captured too, as a graph of its own (it runs apart from the update)
             target_fn = CudaGraphModule(target_fn, warmup=2)
         # no-ops (the target equals the online network yet) that compile the target update, and with --cudagraphs warm
         # it up twice and capture it, before the clock runs
         for _ in range(3 if args.cudagraphs else 1):
             target_fn()
-        epsilon_t = torch.ones((), device=device)
 
         if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
-            run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
+            run.save = lambda: bk.save_checkpoint(run.model_path, args, q_network=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
         global_step, stats = 0, None
         obs, _ = envs.reset(seed=args.seed)
-        obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
         for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             epsilon = linear_schedule(
                 args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
             )
             run.fields["epsilon"] = epsilon  # the results line reports the last one
+            # trick: the obs goes up from pinned memory with a non_blocking copy; epsilon is written in place
+            obs_t = obs_staging.copy_(torch.from_numpy(obs)).to(device, non_blocking=True)
             with torch.no_grad():
-                actions = policy(obs, epsilon_t.fill_(epsilon))  # trick: epsilon written in place
+                actions = policy(obs_t, epsilon_t.fill_(epsilon)).cpu().numpy()
 
             # TRY NOT TO MODIFY: execute the game and log data.
-            next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
+            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
             learning = global_step > args.learning_starts
             global_step += args.num_envs
             for episodic_return, episodic_length in bk.gym_episodes(infos):
                 run.episode(global_step, episodic_return, episodic_length)
 
-            # trick: the next obs uploaded once (a second upload only where an episode ended)
-            next_obs_t = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-            real_next_obs_t = next_obs_t
-            if "final_obs" in infos:
-                real_next_obs_t = torch.as_tensor(real_next_obs(next_obs, infos), dtype=torch.float32, device=device)
             # save data to the replay buffer: a truncated transition keeps its true last obs and bootstraps from it
             transition = dict(
                 obs=obs,
-                actions=actions,  # trick: the actions never leave the device for the buffer
-                rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
-                next_obs=real_next_obs_t,
-                terminations=torch.as_tensor(terminations, dtype=torch.float32, device=device),
+                actions=actions,
+                rewards=rewards,
+                next_obs=real_next_obs(next_obs, infos),
+                terminations=terminations,
             )
-            count = add_fn(count, transition)
+            count = buffer_add(buffer, count, transition)
 
             # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
-            obs = next_obs_t
+            obs = next_obs
 
             # ALGO LOGIC: training.
             if learning:
                 if iteration % args.train_frequency == 0:
-                    stats = train_fn(count)  # trick: no .item() here: the losses stay on the device until a log point
+                    uploaded = upload(replay, pinned, uploaded, count) if cuda else count
+                    stats = train_fn(count_t.fill_(count))  # trick: no .item(): the losses stay on the device
                 # update target network
                 if iteration % args.target_network_frequency == 0:
                     target_fn()

@@ -6,8 +6,10 @@ learning on CartPole-v1."""
 import contextlib
 import copy
 import csv
+import inspect
 import json
 import math
+import random
 from pathlib import Path
 from unittest import mock
 
@@ -33,9 +35,21 @@ def one_torch_thread(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
-def count_of(name, n):
-    """The buffer's write count as each script keeps it: a Python int (eager), a 0-d int64 tensor (twin)."""
-    return n if name == EAGER else torch.tensor(n)
+def as_input(transition):
+    """A transition of tensors as buffer_add takes it: numpy arrays."""
+    return {key: value.numpy() for key, value in transition.items()}
+
+
+def sample(name, buffer, count, batch_size, seed):
+    """buffer_sample after seeding the RNG the script draws its rows from: numpy's in eager; torch's in the twin, which
+    samples the buffer's memory as tensors (on a CPU the same memory) with a 0-d tensor count."""
+    if name == EAGER:
+        np.random.seed(seed)
+        return eager.buffer_sample(buffer, count, batch_size, "cpu")
+    torch.manual_seed(seed)
+    return twin.buffer_sample(
+        {key: torch.from_numpy(value) for key, value in buffer.items()}, torch.tensor(count), batch_size
+    )
 
 
 # ---------------------------------------------------------------- DQN target
@@ -113,11 +127,11 @@ def numbered(first, n, obs_dim=3):
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_buffer_wraps_around_and_samples_only_filled_rows(name):
     mod = MODULES[name]
-    buffer = mod.make_buffer(5, 3, "cpu")
-    count = mod.buffer_add(buffer, count_of(name, 0), numbered(0, 3))
+    buffer = mod.make_buffer(5, 3)
+    count = mod.buffer_add(buffer, 0, as_input(numbered(0, 3)))
     assert int(count) == 3
-    torch.manual_seed(0)
-    batch = mod.buffer_sample(buffer, count, 2000)
+    batch = sample(name, buffer, count, 2000, seed=0)
+    assert all(isinstance(value, torch.Tensor) and len(value) == 2000 for value in batch.values())
     numbers = batch["obs"][:, 0]
     assert set(numbers.tolist()) == {0.0, 1.0, 2.0}, "sampled an unfilled row"
     # every field of a sampled row belongs to the same transition
@@ -126,18 +140,18 @@ def test_buffer_wraps_around_and_samples_only_filled_rows(name):
     torch.testing.assert_close(batch["actions"], numbers.long() % 2)
 
     # 4 more in one write: rows 3, 4, then 0, 1 (the oldest) are overwritten
-    count = mod.buffer_add(buffer, count, numbered(3, 4))
+    count = mod.buffer_add(buffer, count, as_input(numbered(3, 4)))
     assert int(count) == 7
     assert buffer["obs"][:, 0].tolist() == [5.0, 6.0, 2.0, 3.0, 4.0]
     assert buffer["rewards"].tolist() == [50.0, 60.0, 20.0, 30.0, 40.0]
     assert buffer["terminations"].tolist() == [0.0, 1.0, 0.0, 1.0, 0.0]
     # one by one past a second wrap
     for k in range(7, 12):
-        count = mod.buffer_add(buffer, count, numbered(k, 1))
+        count = mod.buffer_add(buffer, count, as_input(numbered(k, 1)))
     assert int(count) == 12 and buffer["obs"][:, 0].tolist() == [10.0, 11.0, 7.0, 8.0, 9.0]
 
     # uniform over the 5 full rows: each about 1/5 of 20000 draws (sd ~57 draws)
-    numbers = mod.buffer_sample(buffer, count, 20000)["obs"][:, 0]
+    numbers = sample(name, buffer, count, 20000, seed=1)["obs"][:, 0]
     freq = torch.bincount(numbers.long() - 7, minlength=5).float() / 20000
     assert freq.shape == (5,) and (freq - 0.2).abs().max() < 0.015, freq
 
@@ -150,32 +164,47 @@ def test_buffer_sample_is_uniform_over_millions_of_rows(name):
     M - 1 and sd sqrt(2 (M - 1)) (also at under one draw per row); the old sampler is 26 sd above, both samplers now
     within 5."""
     rows, draws = 5_000_000, 4_000_000
-    buffer = {"obs": torch.arange(rows, dtype=torch.int32)}  # each row holds its own number
-    g = torch.Generator().manual_seed(0)
-    drawn = MODULES[name].buffer_sample(buffer, count_of(name, rows + 7), draws, generator=g)["obs"]
+    buffer = {"obs": np.arange(rows, dtype=np.int32)}  # each row holds its own number
+    drawn = sample(name, buffer, rows + 7, draws, seed=0)["obs"]
     counts = torch.bincount(drawn.long(), minlength=rows).double()
     chi2 = ((counts - draws / rows) ** 2).sum().item() / (draws / rows)
     assert abs(chi2 - (rows - 1)) < 5 * math.sqrt(2 * (rows - 1)), (chi2 - (rows - 1)) / math.sqrt(2 * (rows - 1))
 
 
-def test_twin_buffer_functions_compile_whole_and_count_stays_on_the_device():
-    buffer, ref = twin.make_buffer(6, 3, "cpu"), eager.make_buffer(6, 3, "cpu")
-    add = torch.compile(twin.buffer_add, fullgraph=True)
-    count, ref_count = torch.tensor(0), 0
-    for first in range(0, 14):  # two wraps, same compiled code each time
-        with torch._dynamo.config.patch(error_on_recompile=first > 0):
-            count = add(buffer, count, numbered(first, 1))
-        ref_count = eager.buffer_add(ref, ref_count, numbered(first, 1))
-        assert isinstance(count, torch.Tensor) and count.dim() == 0 and int(count) == ref_count
-    for key in buffer:
-        torch.testing.assert_close(buffer[key], ref[key], msg=key)
+def test_twin_buffer_is_the_eager_one_and_upload_keeps_the_device_copy_equal():
+    """The twin writes the eager script's numpy buffer (the same functions); on CUDA upload() copies the rows written
+    since the last upload to the device before each update. Here the device is a second CPU copy: after uploads of
+    1, 3, 0 and 7 new rows (past two wraps) and of more rows than the buffer holds, its written rows equal the host
+    buffer's."""
+    for fn in ("make_buffer", "buffer_add"):
+        assert inspect.getsource(getattr(twin, fn)) == inspect.getsource(getattr(eager, fn)), fn
+    buffer = twin.make_buffer(6, 3)
+    pinned = {key: torch.from_numpy(value) for key, value in buffer.items()}
+    replay = {key: torch.full_like(value, -1) for key, value in pinned.items()}
+    count = uploaded = 0
+    for new in (1, 3, 0, 7, 15):
+        for _ in range(new):
+            count = twin.buffer_add(buffer, count, as_input(numbered(count, 1)))
+        uploaded = twin.upload(replay, pinned, uploaded, count)
+        assert uploaded == count
+        filled = min(count, 6)  # the rows never written are not copied
+        for key in buffer:
+            torch.testing.assert_close(replay[key][:filled], pinned[key][:filled], msg=f"{key} after {count} writes")
+            assert (replay[key][filled:] == -1).all(), key
+
+
+def test_twin_sampler_compiles_whole_and_the_fill_level_recompiles_nothing():
+    buffer = twin.make_buffer(6, 3)
+    for k in range(8):
+        twin.buffer_add(buffer, k, as_input(numbered(k, 1)))
+    replay = {key: torch.from_numpy(value) for key, value in buffer.items()}
     sample = torch.compile(twin.buffer_sample, fullgraph=True)
     with torch._dynamo.config.patch(error_on_recompile=False):
-        sample(buffer, torch.tensor(4), 256)
+        sample(replay, torch.tensor(4), 256)
     with torch._dynamo.config.patch(error_on_recompile=True):
         for n in (5, 6, 14):  # the fill level changes: no recompile
-            rows = sample(buffer, torch.tensor(n), 256)["obs"][:, 0]
-            assert set(rows.tolist()) <= set(buffer["obs"][: min(n, 6), 0].tolist())
+            rows = sample(replay, torch.tensor(n), 256)["obs"][:, 0]
+            assert set(rows.tolist()) <= set(replay["obs"][: min(n, 6), 0].tolist())
 
 
 # ---------------------------------------------------------------- terminated vs truncated transitions
@@ -189,7 +218,7 @@ def test_buffer_holds_true_final_obs_and_only_terminations_stop_the_bootstrap(na
     does not bootstrap."""
     mod, limit, steps, seed = MODULES[name], 12, 400, 3
     envs = mod.make_envs("CartPole-v1", 1, max_episode_steps=limit)
-    buffer, count = mod.make_buffer(steps, 4, "cpu"), count_of(name, 0)
+    buffer, count = mod.make_buffer(steps, 4), 0
     rng = np.random.default_rng(0)
     actions = rng.integers(0, 2, size=steps)
     obs, _ = envs.reset(seed=seed)
@@ -202,8 +231,9 @@ def test_buffer_holds_true_final_obs_and_only_terminations_stop_the_bootstrap(na
             next_obs=torch.as_tensor(mod.real_next_obs(next_obs, infos)),
             terminations=torch.as_tensor(terminations, dtype=torch.float32),
         )
-        count = mod.buffer_add(buffer, count, transition)
+        count = mod.buffer_add(buffer, count, as_input(transition))
         obs = next_obs
+    buffer = {key: torch.as_tensor(value) for key, value in buffer.items()}
 
     ref = gym.make("CartPole-v1", max_episode_steps=limit)
     ref_obs, _ = ref.reset(seed=seed)
@@ -237,7 +267,7 @@ def test_buffer_holds_true_final_obs_and_only_terminations_stop_the_bootstrap(na
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_epsilon_greedy_explores_at_the_rate_epsilon(name):
     torch.manual_seed(0)
-    np.random.seed(0)
+    random.seed(0)
     q_network = MODULES[name].QNetwork(4, 3)
     obs = torch.randn(4000, 4)
     with torch.no_grad():
@@ -245,7 +275,7 @@ def test_epsilon_greedy_explores_at_the_rate_epsilon(name):
 
     def act(epsilon):
         if name == EAGER:
-            return np.asarray(eager.epsilon_greedy(q_network, obs, epsilon, 3))
+            return eager.epsilon_greedy(q_network, obs.numpy(), epsilon, 3, "cpu")
         with torch.no_grad():
             return twin.epsilon_greedy(q_network, obs, torch.tensor(epsilon)).numpy()
 
@@ -290,10 +320,11 @@ def random_batch(n, seed, obs_dim=4, n_actions=2):
     )
 
 
-def filled_buffer(mod, capacity, filled, seed):
-    buffer = mod.make_buffer(capacity, 4, "cpu")
-    mod.buffer_add(buffer, count_of(mod.__name__, 0), random_batch(filled, seed))
-    return buffer
+def filled_buffer(capacity, filled, seed):
+    """The twin's replay memory as its sampler reads it: tensors over the host buffer's arrays."""
+    buffer = twin.make_buffer(capacity, 4)
+    twin.buffer_add(buffer, 0, as_input(random_batch(filled, seed)))
+    return {key: torch.from_numpy(value) for key, value in buffer.items()}
 
 
 def test_compiled_twin_update_equals_eager_update():
@@ -336,7 +367,7 @@ def test_compiled_train_step_equals_eager_and_graph_breaks_are_pytorchs_own():
     q_c, target_c = copy.deepcopy(q), copy.deepcopy(target)
     opt = torch.optim.Adam(q.parameters(), lr=torch.tensor(2.5e-4))
     opt_c = torch.optim.Adam(q_c.parameters(), lr=torch.tensor(2.5e-4))
-    buffer = filled_buffer(twin, 300, 300, seed=5)
+    buffer = filled_buffer(300, 300, seed=5)
     torch._dynamo.reset()
     counters.clear()
     backend = CompileCounter()
@@ -385,8 +416,9 @@ def test_compiled_twin_update_target_is_one_graph():
 
 
 def test_twin_step_functions_run_on_the_meta_device_without_host_reads():
-    """Issue 16 item 4: the twin's per-step functions (policy step, buffer write, sampler, target, the update with
-    capturable Adam as on CUDA, the target-network update) on the `meta` device: a meta tensor has no data, so a host
+    """Issue 16 item 4: the twin's per-step functions (policy step, upload of the host buffer's new rows, sampler,
+    target, the update with capturable Adam as on CUDA, the target-network update) on the `meta` device: a meta tensor
+    has no data, so a host
     read raises, and a tensor made without device= lands on the CPU and fails to mix with them. Nothing is read to
     the host, and every output is on meta. Every function runs (each op has a meta kernel)."""
     import importlib
@@ -402,11 +434,11 @@ def test_twin_step_functions_run_on_the_meta_device_without_host_reads():
         for module in optimizer_modules:  # capturable Adam (its step count a device tensor) on meta, as on CUDA
             stack.enter_context(mock.patch.object(module, "_get_capturable_supported_devices", with_meta))
         optimizer = torch.optim.Adam(q.parameters(), lr=2.5e-4, capturable=True)
-        buffer, count = twin.make_buffer(64, 4, meta), torch.zeros((), dtype=torch.long, device=meta)
+        pinned = filled_buffer(64, 70, seed=0)
+        buffer = {key: torch.empty_like(value, device=meta) for key, value in pinned.items()}
+        count = torch.zeros((), dtype=torch.long, device=meta).fill_(twin.upload(buffer, pinned, 60, 70))
         with torch.no_grad():
             actions = twin.epsilon_greedy(q, torch.zeros(3, 4, device=meta), torch.ones((), device=meta))
-        transition = {key: torch.empty_like(value, device=meta) for key, value in random_batch(3, 0).items()}
-        count = twin.buffer_add(buffer, count, {**transition, "actions": actions})
         batch = twin.buffer_sample(buffer, count, 32)
         td_target = twin.dqn_target(batch["rewards"], target(batch["next_obs"]), batch["terminations"], 0.99)
         stats = twin.train_step(q, target, optimizer, buffer, count, 32, 0.99)
@@ -463,7 +495,7 @@ def test_save_model_then_evaluate_checkpoint(name, tmp_path):
     assert not list(tmp_path.rglob("*.tmp")), "the temporary file was left behind"
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     assert checkpoint["args"]["env_id"] == "CartPole-v1"
-    assert checkpoint["model"]["network.0.weight"].shape == (120, 4)
+    assert checkpoint["q_network"]["network.0.weight"].shape == (120, 4)
 
     proc, lines = run_script(name, "--eval-checkpoint", str(checkpoint_path), "--eval-episodes", "3", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -618,7 +650,7 @@ def test_same_seed_same_numbers(name, flags, tmp_path):
 
 # the host reads of a tiny twin run (tests/regression.py's DQN flags: 1000 steps, learning after step 200, an update
 # every 10 steps, a log point every 100), line by line: a new read fails here, naming its line
-STEP = "next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())"
+STEP = "actions = policy(obs_t, epsilon_t.fill_(epsilon)).cpu().numpy()"
 HOST_READS = {
     # the actions, once per env step, to step the env (.numpy() of the host copy is counted too; it reads no GPU)
     f"cpu at dqn_torchcompile.py: {STEP}": 1000,
@@ -629,8 +661,8 @@ HOST_READS = {
 # with --compile the compiler reads the 0-d int64 count as it traces the update, when it compiles (3 times): it
 # reads 0-d CPU tensors only (fake_tensor.py specializes on their value), so not on a GPU
 COMPILE_READS = {
-    "item at dqn_torchcompile.py: stats = train_fn(count)  # trick: no .item() here: the losses stay on the device "
-    "until a log point": 3
+    "item at dqn_torchcompile.py: stats = train_fn(count_t.fill_(count))  # trick: no .item(): the losses stay on the "
+    "device": 3
 }
 
 
