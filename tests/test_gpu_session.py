@@ -69,7 +69,7 @@ def test_the_plan_measures_every_pair_and_the_peers_on_the_same_sizes():
     full = "twin --compile --cudagraphs"
     for pair in ("ppo_atari_envpool", "ppo_continuous_action", "sac_continuous_action", "td3_continuous_action"):
         assert {(pair, "eager"), (pair, full)} <= ours
-    for pair in ("dqn", "dqn_atari_envpool", "r2d2_atari_envpool", "pqn"):
+    for pair in ("dqn", "dqn_atari_envpool", "r2d2_atari_envpool", "pqn", "pqn_atari_envpool"):
         assert {(pair, "eager"), (pair, full)} <= ours
     assert {("ppo_atari_envpool", "twin"), ("ppo_atari_envpool", "twin --compile")} <= ours
     for peer in (j for j in runs if j["side"] == "leanrl-peer"):
