@@ -320,11 +320,13 @@ def plan(peer, dry_run, cores):
     cheetah, cartpole = "HalfCheetah-v4", "CartPole-v1"
     off = lambda n: n + (5 if dry_run else 100)  # the replay pairs: learning started, the update captured
     lanes = [
-        [  # PPO Atari, ours: 8 and 64 envs, every variant at 8, the profile
+        [  # PPO Atari, ours: 8 and 64 envs, every variant at 8, the profile; PQN Atari on the same cores
             ceiling("envpool", atari, n8),
             ceiling("envpool", atari, n64),
             job("leanrl", "ppo_atari_envpool", "eager", atari8, steps_atari8, ppo_k0, atari, n8),
             job("leanrl", "ppo_atari_envpool", full, atari8, steps_atari8, ppo_k0, atari, n8, profile=True),
+            job("leanrl", "pqn_atari_envpool", "eager", atari8, steps_atari8, ppo_k0, atari, n8),  # graphs as PPO's
+            job("leanrl", "pqn_atari_envpool", full, atari8, steps_atari8, ppo_k0, atari, n8),
             *(  # the dry run has no flags: these would repeat the two above
                 []
                 if dry_run
@@ -360,13 +362,11 @@ def plan(peer, dry_run, cores):
             job("leanrl-peer", "td3_continuous_action", full, td3, 1, off(starts["td3"]), cheetah, 1),
             job("leanrl", "td3_continuous_action", full, td3, 1, off(starts["td3"]), cheetah, 1),
         ],
-        [  # ours: DQN, PQN, PQN Atari, DQN Atari, R2D2 (no LeanRL counterpart for the last four)
+        [  # ours: DQN, PQN, DQN Atari, R2D2 (no LeanRL counterpart for the last three)
             job("leanrl", "dqn", "eager", dqn, 1, off(starts["dqn"]), cartpole, 1),
             job("leanrl", "dqn", full, dqn, 1, off(starts["dqn"]), cartpole, 1),
             job("leanrl", "pqn", "eager", pqn, steps_pqn, pqn_k0, cartpole, 4),
             job("leanrl", "pqn", full, pqn, steps_pqn, pqn_k0, cartpole, 4),
-            job("leanrl", "pqn_atari_envpool", "eager", atari8, steps_atari8, ppo_k0, atari, n8),  # graphs as PPO's
-            job("leanrl", "pqn_atari_envpool", full, atari8, steps_atari8, ppo_k0, atari, n8),
             job("leanrl", "dqn_atari_envpool", "eager", dqn_atari, 1, off(starts["dqn_atari"]), atari, 1),
             job("leanrl", "dqn_atari_envpool", full, dqn_atari, 1, off(starts["dqn_atari"]), atari, 1),
             job("leanrl", "r2d2_atari_envpool", "eager", r2d2, r2d2_envs, off(starts["r2d2"] // r2d2_envs), atari, 32),
