@@ -304,7 +304,7 @@ def main(args):
         policy, returns_fn, update_fn = policy_step, returns_of_rollout, update
         if args.compile:
             # trick: with trace_autograd_ops, torch.compile traces backward() into the graph: the update (gradients,
-            # clipping, RAdam) is one graph, one call with no frames resumed in Python and no activations saved between
+            # clipping, RAdam) is one graph, one call, no frame resumed in Python, no activation kept between graphs
             torch._dynamo.config.trace_autograd_ops = True
             returns_fn, update_fn = torch.compile(returns_fn, fullgraph=True), torch.compile(update_fn, fullgraph=True)
         if args.compile and device.type == "cuda":
