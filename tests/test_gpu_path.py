@@ -14,7 +14,7 @@ TWINS = [f"{pair}_torchcompile" for pair in PAIRS]
 MAX_BYTES_IN = {
     "ppo_atari_envpool_torchcompile": 32 * 8,  # the update's minibatch indices (32 int64); the policy step's: 8 bytes
     "ppo_continuous_action_torchcompile": 32 * 8,  # the update's 32 int64 minibatch indices (policy step 8, GAE 0)
-    "dqn_torchcompile": 56,  # the buffer write: count 8 + one env's obs 16, action 8, reward 4, next obs 16, term. 4
+    "dqn_torchcompile": 20,  # the policy step: one env's obs 16, epsilon 4 (the update: count 8)
     "dqn_atari_envpool_torchcompile": 4 * 84 * 84 + 4,  # the policy step: one env's obs stack, epsilon (float32)
     "sac_continuous_action_torchcompile": 48,  # update: count 8, tau 4, obs 12, action 4, reward 4, next obs 12, end 4
     "td3_continuous_action_torchcompile": 44,  # the update: count 8, one transition (obs 3, act, rew, next obs 3, term)
