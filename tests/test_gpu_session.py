@@ -115,23 +115,46 @@ def test_the_gpu_table_puts_leanrl_beside_ours_with_the_ratios():
     assert cells[11:] == ["30%"]  # the best twin over the env's ceiling
 
 
-def test_the_dry_run_measures_every_lane_on_the_cpu(tmp_path):
-    """Smoke test plus figures: every job of the plan runs at tiny budgets (no --compile/--cudagraphs, the peer
-    too) and gets a steady window; the tables and the archive come back."""
+@pytest.mark.parametrize("dry_run", [False, True], ids=["gpu", "dry-run"])
+def test_every_planned_run_of_ours_gets_flags_its_script_takes_and_the_env_it_is_labelled_with(dry_run):
+    """Each of our jobs' command line parsed by its script's own Args (a flag a script lacks would cost a GPU call a
+    row): the env and the number of envs the tables label it with are what the script runs."""
+    import tyro
+
+    jobs = [j for _, _, lane in session.plan("peer", dry_run, list(range(16))) for j in lane if j.get("side")]
+    ours = [j for j in jobs if j["side"] == "leanrl"]
+    assert len(ours) >= 2 * 9  # every pair's eager script and twin
+    for job in ours:
+        args = tyro.cli(load_script(job["script"]).Args, args=["--seed", "1", *job["flags"]])
+        num_envs = getattr(args, "num_envs", 1)
+        assert (args.env_id, num_envs) == (job["env_id"], job["num_envs"]), job["script"]
+
+
+LANES = {True: None, False: "ppo-atari"}  # slow: every lane; in CI the PPO Atari lane (ceilings, runs, profile)
+
+
+@pytest.mark.parametrize("every_lane", [pytest.param(True, marks=pytest.mark.slow), False], ids=["all", "one"])
+def test_the_dry_run_measures_its_lanes_on_the_cpu(every_lane, tmp_path):
+    """Smoke test plus figures: the jobs of the plan run at tiny budgets (no --compile/--cudagraphs, the peer
+    too) and get a steady window; the tables and the archive come back."""
     peer = ROOT.parent / "shared" / "peers" / "leanrl"  # beside a developer's checkout; in CI, ours alone
     has_peer = (peer / "leanrl").is_dir()
     env = dict(os.environ, PEER=str(peer) if has_peer else "none", PYTHON=sys.executable)
     out = tmp_path / "out"
-    proc = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "--dry-run", str(out)],
-        env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+    if every_lane:
+        cmd = ["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "--dry-run", str(out)]
+    else:
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_session.py"), "--dry-run", "--no-peer", str(out)]
+        cmd += ["--lanes", LANES[False]]
+        has_peer = False
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["logs.tar.gz", "profile.md", "results.jsonl", "summary.md"]
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert records[0]["kind"] == "machine" and records[0]["device"] == "cpu"
     runs = [r for r in records if r["kind"] == "run"]
-    planned = [j for _, _, jobs in session.plan(str(peer), True, [0, 1]) for j in jobs if j.get("kind") != "ceiling"]
+    lanes = session.plan(str(peer), True, [0, 1])
+    planned = [j for name, _, jobs in lanes if every_lane or name == LANES[False] for j in jobs if j.get("side")]
     planned = len([j for j in planned if has_peer or j["side"] == "leanrl"])
     assert len(runs) == planned, [r.get("what") for r in records if r["kind"] == "skipped"]
     no_window = [(r["what"], r["status"], r.get("log_tail")) for r in runs if not r.get("sps")]
