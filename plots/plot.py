@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import statistics
+import sys
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -722,8 +723,15 @@ def main(argv=None):
                 bench_text = splice(bench_text, marker, Path(table).read_text())
         bench_readme.write_text(bench_text)
     if args.steady:  # the steady-state speed and compile times of the eager scripts and compiled twins
+        table = Path(args.steady).read_text()
+        if "uncommitted changes" in table:  # a published figure names the commit that measured it
+            print(
+                f"plot.py: error: {args.steady} was measured on uncommitted changes: commit, rerun, publish",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
         readme = Path(args.readme)
-        readme.write_text(splice(readme.read_text(), "steady-table", Path(args.steady).read_text()))
+        readme.write_text(splice(readme.read_text(), "steady-table", table))
         print(f"plot.py: published: {readme} (steady-table)")
 
 

@@ -110,6 +110,21 @@ def test_plot_main_writes_table_charts_and_readme(tmp_path):
     assert pngs == ["returns_cpu-test-cpu-2-cores-torch-2-13-0.png", "speed_cpu-test-cpu-2-cores-torch-2-13-0.png"]
 
 
+def test_a_steady_table_measured_on_uncommitted_changes_is_not_published(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- steady-table:start -->\nold\n<!-- steady-table:end -->\n")
+    steady = tmp_path / "steady.md"
+    steady.write_text("Sides: new = 22e55d46985a + uncommitted changes.\n\n| run | side |\n")
+    with pytest.raises(SystemExit) as exit:
+        plot.main(["--steady", str(steady), "--readme", str(readme)])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and len(err.splitlines()) == 1 and "uncommitted changes" in err
+    assert "old" in readme.read_text()
+    steady.write_text("Sides: new = 22e55d46985a.\n\n| run | side |\n")
+    plot.main(["--steady", str(steady), "--readme", str(readme)])
+    assert "22e55d46985a." in readme.read_text() and "old" not in readme.read_text()
+
+
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- test-command:start -->")[1].split("<!-- test-command:end -->")[0]
