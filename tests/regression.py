@@ -73,8 +73,10 @@ PAIRS = {
     "sac_continuous_action": OFF_POLICY,
     "td3_continuous_action": OFF_POLICY,
     "r2d2_atari_envpool": R2D2,
-    "pqn": PQN,
+    # PQN Atari before PQN: compiled in one process after PQN's twin (test_gpu_path runs twins in-process), dynamo
+    # fails an assertion ("q_network missing") resuming RAdam.step; each alone, and in this order, they pass
     "pqn_atari_envpool": PQN_ATARI,
+    "pqn": PQN,
 }
 # the --total-timesteps of each pair's run cut at its first update: the first log point that holds every loss (PPO,
 # PQN: one rollout and its update epochs; SAC and TD3: the first two gradient steps, the second one the actor's; DQN

@@ -4,7 +4,8 @@
 
 Each file gets a process of its own (compiled code and compiler state never cross files). Most tests run a script
 in a subprocess on one thread, so a file keeps about one core busy: running files side by side is what brings the
-suite to its time on a 2-core machine. Larger files start first, so the run does not end waiting on a long one.
+suite to its time on a 2-core machine. The files that run every pair's scripts start first, then the others larger
+first, so the run does not end waiting on a long one.
 A file's output is printed whole when it ends; then a line per file (status, seconds) and the exit code: 0 when
 every file passed, 1 otherwise.
 """
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
+EVERY_PAIR = ("test_regression.py", "test_gpu_path.py")  # short files, long runs: each runs every pair's scripts
 
 
 def main(argv=None):
@@ -26,7 +28,7 @@ def main(argv=None):
     args, pytest_args = parser.parse_known_args(argv)
     if args.jobs < 1:
         parser.exit(2, f"run_all.py: --jobs must be at least 1, got {args.jobs}\n")
-    files = sorted(TESTS.glob("test_*.py"), key=lambda f: (-f.stat().st_size, f.name))
+    files = sorted(TESTS.glob("test_*.py"), key=lambda f: (f.name not in EVERY_PAIR, -f.stat().st_size, f.name))
     waiting, running, done = list(files), {}, []
     start = time.time()
     try:

@@ -139,17 +139,20 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_run_all_runs_each_file_and_fails_when_one_file_fails(tmp_path, monkeypatch, capsys):
-    """The suite's runner (the README's test command): every file in a process of its own, the larger first, each
-    file's output whole, and exit code 1 when any file fails; a file with no test selected is no failure."""
+    """The suite's runner (the README's test command): every file in a process of its own, the files that run every
+    pair first, then the larger first, each file's output whole, and exit code 1 when any file fails; a file with no
+    test selected is no failure."""
     import run_all
 
     (tmp_path / "test_ok.py").write_text("def test_ok():\n    assert True\n")
     (tmp_path / "test_bad.py").write_text("def test_bad():\n    assert 1 == 2\n" + "# padding\n" * 50)
     (tmp_path / "test_none.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_slow():\n    pass\n")
     monkeypatch.setattr(run_all, "TESTS", tmp_path)
+    monkeypatch.setattr(run_all, "EVERY_PAIR", ("test_ok.py",))  # as if it ran every pair's scripts
     assert run_all.main(["--jobs", "1", "-p", "no:cacheprovider", "-m", "not slow"]) == 1
     out = capsys.readouterr().out
-    assert out.index("===== test_bad.py") < out.index("===== test_none.py")  # the larger file first
+    # one at a time, in the order they start: the every-pair file, then the larger file first
+    assert out.index("===== test_ok.py") < out.index("===== test_bad.py") < out.index("===== test_none.py")
     assert "assert 1 == 2" in out and "1 passed" in out
     summary = out.split("3 test files, 1 at a time")[1]
     assert re.search(r"FAILED +\d+ s  test_bad.py", summary) and re.search(r"passed +\d+ s  test_ok.py", summary)

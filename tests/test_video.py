@@ -180,7 +180,7 @@ def test_an_evaluation_films_beside_its_checkpoint(name, monkeypatch, tmp_path):
     module = MODULES[name]
     checkpoint = tmp_path / "run" / f"{name}.pt"
     checkpoint.parent.mkdir()
-    bk.save_checkpoint(checkpoint, module.Args(), model=module.QNetwork(4, 2).state_dict())
+    bk.save_checkpoint(checkpoint, module.Args(), q_network=module.QNetwork(4, 2).state_dict())
     video_dir = video_dir_given(name, monkeypatch, tmp_path, eval_checkpoint=str(checkpoint), capture_video=True)
     assert video_dir == checkpoint.parent / "eval_videos"
 
