@@ -354,27 +354,27 @@ def plan(peer, dry_run, cores):
             job("leanrl", "sac_continuous_action", full, sac, 1, off(starts["sac"]), cheetah, 1),
             job("leanrl", "td3_continuous_action", "eager", td3, 1, off(starts["td3"]), cheetah, 1),
         ],
-        [  # LeanRL's SAC and TD3, our TD3 twin
+        [  # LeanRL's SAC and TD3, our TD3 twin, PQN CartPole
             ceiling("gymnasium", cartpole, 1),
             job("leanrl-peer", "sac_continuous_action", "eager", sac, 1, off(starts["sac"]), cheetah, 1),
             job("leanrl-peer", "sac_continuous_action", full, sac, 1, off(starts["sac"]), cheetah, 1),
             job("leanrl-peer", "td3_continuous_action", "eager", td3, 1, off(starts["td3"]), cheetah, 1),
             job("leanrl-peer", "td3_continuous_action", full, td3, 1, off(starts["td3"]), cheetah, 1),
             job("leanrl", "td3_continuous_action", full, td3, 1, off(starts["td3"]), cheetah, 1),
-        ],
-        [  # ours: DQN, PQN, DQN Atari, R2D2 (no LeanRL counterpart for the last three)
-            job("leanrl", "dqn", "eager", dqn, 1, off(starts["dqn"]), cartpole, 1),
-            job("leanrl", "dqn", full, dqn, 1, off(starts["dqn"]), cartpole, 1),
             job("leanrl", "pqn", "eager", pqn, steps_pqn, pqn_k0, cartpole, 4),
             job("leanrl", "pqn", full, pqn, steps_pqn, pqn_k0, cartpole, 4),
-            job("leanrl", "dqn_atari_envpool", "eager", dqn_atari, 1, off(starts["dqn_atari"]), atari, 1),
-            job("leanrl", "dqn_atari_envpool", full, dqn_atari, 1, off(starts["dqn_atari"]), atari, 1),
+        ],
+        [  # ours: R2D2 first (its twin's compile is the longest), DQN, DQN Atari (no LeanRL counterpart but DQN's)
             job("leanrl", "r2d2_atari_envpool", "eager", r2d2, r2d2_envs, off(starts["r2d2"] // r2d2_envs), atari, 32),
             job("leanrl", "r2d2_atari_envpool", full, r2d2, r2d2_envs, off(starts["r2d2"] // r2d2_envs), atari, 32),
+            job("leanrl", "dqn", "eager", dqn, 1, off(starts["dqn"]), cartpole, 1),
+            job("leanrl", "dqn", full, dqn, 1, off(starts["dqn"]), cartpole, 1),
+            job("leanrl", "dqn_atari_envpool", "eager", dqn_atari, 1, off(starts["dqn_atari"]), atari, 1),
+            job("leanrl", "dqn_atari_envpool", full, dqn_atari, 1, off(starts["dqn_atari"]), atari, 1),
         ],
     ]
     if dry_run:  # R2D2's tiny run is on CartPole
-        for j in lanes[4][-2:]:
+        for j in lanes[4][:2]:
             j["env_id"], j["num_envs"] = cartpole, 4
     # cores: the two PPO Atari lanes (ours and LeanRL's) get the same number of cores, envpool's threads included
     shares = split_cores(cores, len(lanes))
@@ -552,8 +552,20 @@ def machine():
         cuda=torch.version.cuda,
         **{name: version(name) for name in ("tensordict", "envpool", "gymnasium", "mujoco", "tyro", "numpy")},
         inductor=env_inductor(),
+        commit=source_commit(),
         time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
+
+
+def source_commit():
+    """The commit measured: git's short hash (+ "dirty" with uncommitted changes), else $LEANRL_COMMIT (a GPU
+    machine gets the working tree without .git: put the hash in the command), else None."""
+    git = lambda *cmd: subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True)
+    head = git("rev-parse", "--short", "HEAD") if shutil.which("git") else None
+    if head is None or head.returncode != 0:
+        return os.environ.get("LEANRL_COMMIT")
+    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
 
 
 def profile_markdown(record):

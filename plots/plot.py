@@ -514,7 +514,9 @@ def gpu_markdown(records, brief=False):
         stamp = f"{machine['device']} · {machine['cpu']} ({machine['cpu_count']} cores) · torch {machine['torch']}"
         if brief:
             out += [
-                f"Measured on **{stamp}**, {machine.get('time', '')[:10]}, by `benchmarks/gpu_session.sh`: steps/s "
+                f"Measured on **{stamp}**, {machine.get('time', '')[:10]}, by `benchmarks/gpu_session.sh`"
+                + (f" at commit `{machine['commit']}`" if machine.get("commit") else "")
+                + ": steps/s "
                 f"over a steady window after compile and capture, one seed, {len({r.get('lane') for r in runs})} lanes "
                 "of runs sharing the GPU (all of it: [docs/gpu-checks.md](docs/gpu-checks.md)).",
                 "",
@@ -524,6 +526,7 @@ def gpu_markdown(records, brief=False):
         if machine.get("time") and not brief:
             out += [
                 f"Measured {machine['time'][:10]} by `benchmarks/gpu_session.sh`"
+                + (f" at commit `{machine['commit']}`" if machine.get("commit") else "")
                 + (" (dry run, CPU: no --compile/--cudagraphs)" if machine.get("dry_run") else "")
                 + f"; tensordict {machine.get('tensordict')}, envpool {machine.get('envpool')}, driver "
                 f"{machine.get('driver')}"
@@ -668,6 +671,10 @@ def main(argv=None):
             Path(args.out).mkdir(parents=True, exist_ok=True)
             (Path(args.out) / "gpu.md").write_text(table)
         if args.publish:  # the README's cut, between its gpu-table markers
+            dirty = [r["commit"] for r in records if r.get("kind") == "machine" and "uncommitted" in (r.get("commit") or "")]
+            if dirty:  # a published figure names the commit that measured it
+                print(f"plot.py: error: the GPU session measured {dirty[0]}: commit, rerun, publish", file=sys.stderr)
+                raise SystemExit(2)
             readme = Path(args.readme)
             readme.write_text(splice(readme.read_text(), "gpu-table", gpu_markdown(records, brief=True)))
             print(f"plot.py: published: {readme} (gpu-table)")
