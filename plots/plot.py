@@ -645,7 +645,11 @@ def main(argv=None):
         help="--learning: these runs are one part of the returns section, published beside the others (markers "
         "returns-table-PART, returns_PART.md, learning_PART_*.png) instead of replacing the main table",
     )
-    parser.add_argument("--readme", default=str(ROOT / "README.md"), help="README that --publish splices into")
+    parser.add_argument(
+        "--readme",
+        help="file that --publish splices into (default: README.md; a speed table: docs/cpu-speed.md, the README's "
+        "speed section holding the GPU session's and the steady-state tables)",
+    )
     parser.add_argument("--plots-dir", default=str(ROOT / "plots"), help="where --publish copies table and PNGs")
     parser.add_argument("--published", default=str(PUBLISHED), help="CleanRL's returns (csv, --learning)")
     parser.add_argument("--rl-ops", help="markdown table written by benchmarks/bench_rl_operators.py to splice in")
@@ -671,11 +675,12 @@ def main(argv=None):
             Path(args.out).mkdir(parents=True, exist_ok=True)
             (Path(args.out) / "gpu.md").write_text(table)
         if args.publish:  # the README's cut, between its gpu-table markers
-            dirty = [r["commit"] for r in records if r.get("kind") == "machine" and "uncommitted" in (r.get("commit") or "")]
+            commits = [r.get("commit") or "" for r in records if r.get("kind") == "machine"]
+            dirty = [commit for commit in commits if "uncommitted" in commit]
             if dirty:  # a published figure names the commit that measured it
                 print(f"plot.py: error: the GPU session measured {dirty[0]}: commit, rerun, publish", file=sys.stderr)
                 raise SystemExit(2)
-            readme = Path(args.readme)
+            readme = Path(args.readme or ROOT / "README.md")
             readme.write_text(splice(readme.read_text(), "gpu-table", gpu_markdown(records, brief=True)))
             print(f"plot.py: published: {readme} (gpu-table)")
         return
@@ -714,7 +719,8 @@ def main(argv=None):
         print(table(""))
         print(f"plot.py: wrote {out / name} and {', '.join(pngs)} in {out}")
         if args.publish:
-            readme, plots_dir = Path(args.readme), Path(args.plots_dir)
+            readme = Path(args.readme or ROOT / ("README.md" if args.learning else "docs/cpu-speed.md"))
+            plots_dir = Path(args.plots_dir)
             images = Path(os.path.relpath(plots_dir, readme.resolve().parent)).as_posix() + "/"
             text = splice(readme.read_text() if readme.exists() else "", marker, table(images))
             publish_files(out, plots_dir, [name, *pngs])
@@ -737,7 +743,7 @@ def main(argv=None):
                 file=sys.stderr,
             )
             raise SystemExit(2)
-        readme = Path(args.readme)
+        readme = Path(args.readme or ROOT / "README.md")
         readme.write_text(splice(readme.read_text(), "steady-table", table))
         print(f"plot.py: published: {readme} (steady-table)")
 
