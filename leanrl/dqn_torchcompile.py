@@ -172,7 +172,17 @@ def buffer_sample(buffer, count, batch_size):
     return {key: value[idx] for key, value in buffer.items()}
 
 
-def epsilon_greedy(q_network, obs, epsilon):
+def epsilon_greedy(q_network, obs, epsilon, n_actions, device):
+    """One coin per env: a random action with probability epsilon, else the greedy one (numpy obs and actions)."""
+    explore = [random.random() < epsilon for _ in range(len(obs))]
+    if all(explore):
+        return np.array([random.randrange(n_actions) for _ in explore])
+    with torch.no_grad():
+        greedy = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device)).argmax(dim=1).tolist()
+    return np.array([random.randrange(n_actions) if e else g for e, g in zip(explore, greedy)])
+
+
+def device_epsilon_greedy(q_network, obs, epsilon):
     """One coin per env: a random action with probability epsilon, else the greedy one (device actions)."""
     # trick: coins and random actions are drawn on the device and merged with torch.where, so there is no host branch
     # on the draw: one graph (fullgraph=True), one CUDA graph. epsilon is a device tensor, so a new value recompiles
@@ -245,7 +255,8 @@ def evaluate(args, device):
     """Play args.eval_episodes episodes epsilon-greedily (args.eval_epsilon) with a saved Q-network."""
     checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "q_network")
     args.env_id = checkpoint["args"]["env_id"]
-    torch.manual_seed(args.seed)  # the exploration coins
+    random.seed(args.seed)  # the exploration coins
+    torch.manual_seed(args.seed)
     with bk.Run(__file__, args, device, burnin=0, mode="eval") as run:
         envs = make_envs(args.env_id, 1, run.videos)
         n_actions = int(envs.single_action_space.n)
@@ -253,9 +264,7 @@ def evaluate(args, device):
         q_network.load_state_dict(checkpoint["q_network"])
 
         def act(obs):
-            with torch.no_grad():
-                obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-                return epsilon_greedy(q_network, obs, torch.tensor(args.eval_epsilon, device=device)).cpu().numpy()
+            return epsilon_greedy(q_network, obs, args.eval_epsilon, n_actions, device)
 
         run.play(envs, act, lambda *step: [r for r, _ in bk.gym_episodes(step[-1])], args.eval_episodes, seed=args.seed)
 
@@ -305,11 +314,13 @@ def main(args):
 
         # trick: torch.compile fuses the small ops of the policy step and the update; CudaGraphModule replays each as a
         # CUDA graph. Compiled, then bound with partial: each keeps its own code, and a graph takes only tensors
-        policy_fn, train_fn, target_fn = epsilon_greedy, train_step, update_target
+        policy_fn, train_fn, target_fn = device_epsilon_greedy, train_step, update_target
+        # trick: the policy step on the device only on CUDA (--cudagraphs needs it): on a CPU the eager script's host
+        # coins are cheaper, the network run only on greedy steps, no compiled call for a batch-1 MLP
+        device_policy = cuda or args.cudagraphs
         if args.compile:
             train_fn, target_fn = torch.compile(train_fn), torch.compile(target_fn, fullgraph=True)
-            # trick: the policy step only on CUDA: on a CPU a compiled call costs more than a batch-1 MLP forward
-            policy_fn = torch.compile(policy_fn, fullgraph=True) if cuda else policy_fn
+            policy_fn = torch.compile(policy_fn, fullgraph=True)
         policy = partial(policy_fn, q_network)
         train_fn = partial(
             train_fn, q_network, target_network, optimizer, replay, batch_size=args.batch_size, gamma=args.gamma
@@ -337,10 +348,13 @@ def main(args):
                 args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
             )
             run.fields["epsilon"] = epsilon  # the results line reports the last one
-            # trick: the obs goes up from pinned memory with a non_blocking copy; epsilon is written in place
-            obs_t = obs_staging.copy_(torch.from_numpy(obs)).to(device, non_blocking=True)
-            with torch.no_grad():
-                actions = policy(obs_t, epsilon_t.fill_(epsilon)).cpu().numpy()
+            if device_policy:
+                # trick: the obs goes up from pinned memory with a non_blocking copy; epsilon is written in place
+                obs_t = obs_staging.copy_(torch.from_numpy(obs)).to(device, non_blocking=True)
+                with torch.no_grad():
+                    actions = policy(obs_t, epsilon_t.fill_(epsilon)).cpu().numpy()
+            else:
+                actions = epsilon_greedy(q_network, obs, epsilon, n_actions, device)
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, rewards, terminations, truncations, infos = envs.step(actions)

@@ -362,8 +362,9 @@ def host_reads(root=LEANRL):
 
 def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
     """module.main() with these command-line flags on the CPU, in this process, its optimizers capturable as on CUDA
-    (force_capturable=False: as the script makes them); with `cudagraphs`, --cudagraphs under the stand-in. Returns
-    (results line, [(step, return)] of returns.csv)."""
+    (force_capturable=False: as the script makes them); with `cudagraphs`, --cudagraphs under the stand-in, and with
+    cudagraphs="uncaptured" the same code path (a twin may take its CUDA path with --cudagraphs), every
+    CudaGraphModule calling its function directly. Returns (results line, [(step, return)] of returns.csv)."""
     from conftest import main_args, run_in
 
     from leanrl import bookkeeping as bk
@@ -384,6 +385,8 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
 
             stack.enter_context(mock.patch.object(bk, "check_flags", check_flags_as_on_cuda))
         stack.enter_context(cuda_graphs_on_cpu())  # also lets capturable optimizers run on the CPU
+        if cudagraphs == "uncaptured":
+            stack.enter_context(mock.patch.object(module, "CudaGraphModule", lambda fn, **_: fn))
         if force_capturable:
             stack.enter_context(mock.patch.object(torch.optim, "Adam", _capturable(torch.optim.Adam)))
             stack.enter_context(mock.patch.object(torch.optim, "RAdam", _capturable(torch.optim.RAdam)))
