@@ -11,7 +11,7 @@
 #                            runs LeanRL's scripts (DIR/leanrl/<script>.py, patched to run on today's libraries: see
 #                            docs/cpu-speed.md) as one more side at the same budgets and adds the ratio ours/peer
 #                            (LeanRL has no dqn_atari_envpool or r2d2_atari_envpool: those rows are ours alone)
-# Options: --only PAIR   --seeds "1 2"   --timesteps N (replaces every run's --total-timesteps)
+# Options: --only "PAIR ..."   --seeds "1 2"   --timesteps N (replaces every run's --total-timesteps)
 #          --extra "FLAGS" (added to every run)   --results-dir DIR (default: a new folder for each invocation,
 #          runs/speed-<UTC time>, runs/learning-..., runs/steady-...: its tables hold exactly this command's runs;
 #          a DIR you name collects every invocation you point at it, listed in DIR/command.txt)
@@ -72,9 +72,11 @@ done
 # Check everything before anything is created or run: a typo gets one line and exit code 2, not an empty folder
 valid="$PAIRS"
 [ "$mode" = learning ] || [ "$steady" = 1 ] || valid="$valid $DISTRIBUTED"
-if [ -n "$only" ] && ! printf '%s\n' $valid | grep -qxF -- "$only"; then
-  die "--only '$only' is not a pair$([ "$mode" = speed ] || echo " of --learning"); valid pairs: $valid"
-fi
+for one in $only; do
+  printf '%s\n' $valid | grep -qxF -- "$one" ||
+    die "--only '$one' is not a pair$([ "$mode" = speed ] || echo " of --learning"); valid pairs: $valid"
+done
+chosen() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }  # --only "PAIR ...": these pairs alone
 [ "$mode:$quick" != learning:1 ] || die "--quick and --learning are two different runs: give one"
 [ "$plot:$publish" != 0:1 ] || die "--publish needs the plots: drop --no-plot"
 [ "$mode:$steady" != learning:1 ] || die "--steady and --learning are two different runs: give one"
@@ -194,7 +196,7 @@ PY
 if [ "$steady" = 1 ]; then
   jobs=()
   for pair in $PAIRS; do
-    [ -z "$only" ] || [ "$only" = "$pair" ] || continue
+    chosen "$pair" || continue
     args=$(flags_for "$pair")
     jobs+=(--run "leanrl/$pair.py $args" --run "leanrl/${pair}_torchcompile.py $args --compile")
   done
@@ -214,7 +216,7 @@ fi
 fastest="--compile"
 [ "$has_cuda" = 0 ] || fastest="--compile --cudagraphs"
 for pair in $PAIRS; do
-  [ -z "$only" ] || [ "$only" = "$pair" ] || continue
+  chosen "$pair" || continue
   [ -f "leanrl/$pair.py" ] && [ -f "leanrl/${pair}_torchcompile.py" ] || continue
   args=$(flags_for "$pair")
   for seed in $seeds; do
@@ -234,7 +236,7 @@ done
 
 # Data-parallel PPO Atari at 1, 2 and all GPUs where more than one exists (8 envs per GPU, as CleanRL's multi-GPU PPO)
 n_gpus=$($py -c "import torch; print(torch.cuda.device_count())")
-if [ "$mode" = speed ] && [ "$n_gpus" -gt 1 ] && { [ -z "$only" ] || [ "$only" = "$DISTRIBUTED" ]; }; then
+if [ "$mode" = speed ] && [ "$n_gpus" -gt 1 ] && chosen "$DISTRIBUTED"; then
   args=$(flags_for ppo_atari_envpool)
   for seed in $seeds; do
     for n in $(printf '%s\n' 1 2 "$n_gpus" | sort -nu); do
