@@ -6,7 +6,7 @@ Run: python leanrl/dqn_atari_envpool_torchcompile.py --env-id Breakout-v5 --comp
 
 import random
 from dataclasses import dataclass
-from functools import partial
+from functools import partial  # (trick: functions of tensors: modules, optimizer, store bound with partial)
 from pathlib import Path
 
 import envpool
@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 import tyro
-from tensordict.nn import CudaGraphModule
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
 
 from leanrl import bookkeeping as bk
 
@@ -49,7 +49,7 @@ class Args:
     """the number of full games to play with --eval-checkpoint"""
     eval_epsilon: float = 0.05
     """the exploration rate of the evaluation games (CleanRL's DQN evals use 0.05)"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile on the policy step and the update"""
     cudagraphs: bool = False
     """whether to capture the policy step, the replay write and the update as CUDA graphs (CudaGraphModule)"""
@@ -182,7 +182,7 @@ def sample_indices(store, batch_size, tries=8):
     neighbour: the first transition after it, or the done one before it (two reset steps never follow each other).
     """
     num_envs, slots = store["first"].shape
-    n = store["count"]
+    n = store["count"]  # (trick: device-side counters: no int(), no host sync)
     low = (n - slots + 3).clamp(min=0)
     device = store["first"].device
     env = torch.randint(num_envs, (tries, batch_size), device=device)
@@ -236,8 +236,7 @@ def train_step(q_network, target_network, optimizer, store, batch_size, gamma, c
 
 def epsilon_greedy(q_network, obs, epsilon):
     """Epsilon-greedy actions of every env, all on the device (epsilon: a 0-d tensor)."""
-    # trick: no host branch on the random draw: both choices are computed and one is kept per env
-    with torch.no_grad():
+    with torch.no_grad():  # trick: no host branch on the random draw: both choices are computed and one is kept per env
         q_values = q_network(obs)
     explore = torch.rand(len(obs), device=obs.device) < epsilon
     random_actions = torch.randint(q_values.shape[1], (len(obs),), device=obs.device)
@@ -311,7 +310,7 @@ def main(args):
     fits = device.type == "cuda" and need + 2 * 2**30 < torch.cuda.mem_get_info(device)[0]
     store_device = torch.device(args.buffer_device or (device.type if fits else "cpu"))
     bk.check_memory(__file__, f"--buffer-size {args.buffer_size}", need, store_device)
-    if args.cudagraphs and store_device != device:  # the captured training step samples the replay memory
+    if args.cudagraphs and store_device != device:  # (trick: CUDA graphs) the captured step samples the replay memory
         bk.fail(__file__, "--cudagraphs needs the replay memory on the GPU (see --buffer-device, --buffer-size)")
     burnin = (args.learning_starts + 1) // args.num_envs + args.measure_burnin  # the iterations up to learning_starts
     with bk.Run(__file__, args, device, burnin=burnin, buffer_device=store_device.type) as run:
@@ -362,7 +361,7 @@ def main(args):
         to_store = partial(to_device, device=store_device)
         obs = to_device(obs)
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
-        store_add(store, obs[:, -1].to(store_device), to_store(zeros == 0), *no_step)
+        store_add(store, obs[:, -1].to(store_device), to_store(zeros == 0), *no_step)  # (trick: obs to the device once)
         for _ in run.progress(range(args.total_timesteps // args.num_envs)):
             # ALGO LOGIC: put action logic here
             duration = args.exploration_fraction * args.total_timesteps
@@ -371,6 +370,7 @@ def main(args):
             actions = policy(obs, epsilon_t)
 
             # TRY NOT TO MODIFY: execute the game and log data.
+            # (trick: the actions come from the device policy step: one read a step, for the env)
             next_obs, rewards, terminations, truncations, info = envs.step(actions.cpu().numpy())
             game_over = info["terminated"].astype(bool) | truncations
             score_and_steps = np.stack([info["reward"], zeros + 1], axis=1)  # a game's raw score and its length
@@ -379,13 +379,14 @@ def main(args):
 
             # save data to the replay memory: the newest frame once, and whether it began a game (envpool restarts the
             # stack only there). The sampler skips envpool's reset step after a done one, whose action is ignored
-            obs = to_device(next_obs)
+            obs = to_device(next_obs)  # (trick: the obs stack to the device once, for the policy and the store)
             step = (actions.to(store_device), to_store(rewards, torch.float32), to_store(terminations))
             add(obs[:, -1].to(store_device), to_store(info["elapsed_step"] == 0), *step)
 
             # ALGO LOGIC: training at CleanRL's steps: s > learning_starts and s % train_frequency == 0
             covered = range(global_step, global_step + args.num_envs)
             train_steps = [s for s in covered if s > args.learning_starts and s % args.train_frequency == 0]
+            # (trick: sample, update and target copy are one compiled, captured call: update_step below)
             # update the target network after the iteration's gradient steps (its steps are training steps)
             copy = any(s % args.target_network_frequency == 0 for s in train_steps)
             for i in range(len(train_steps)):

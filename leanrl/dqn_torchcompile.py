@@ -5,7 +5,7 @@ Run: python leanrl/dqn_torchcompile.py --env-id CartPole-v1 --compile --cudagrap
 
 import random
 from dataclasses import dataclass
-from functools import partial
+from functools import partial  # (trick: functions of tensors: modules, optimizer, replay bound with partial)
 from pathlib import Path
 
 import gymnasium as gym
@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 import tyro
-from tensordict.nn import CudaGraphModule
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
 
 from leanrl import bookkeeping as bk
 
@@ -50,7 +50,7 @@ class Args:
     """the number of episodes an evaluation plays"""
     eval_epsilon: float = 0.05
     """the exploration rate of an evaluation (CleanRL's evaluation uses 0.05)"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile on the policy step and the update"""
     cudagraphs: bool = False
     """whether to use CUDA graphs (tensordict's CudaGraphModule); needs CUDA"""
@@ -210,6 +210,7 @@ def update(q_network, target_network, optimizer, batch, gamma):
 
 def train_step(q_network, target_network, optimizer, buffer, count, batch_size, gamma):
     """Sample a batch from the buffer and take one gradient step on it; returns (TD loss, mean Q)."""
+    # (trick: the sampler reads the replay memory on the device, see main: the batch is there already)
     return update(q_network, target_network, optimizer, buffer_sample(buffer, count, batch_size), gamma)
 
 
@@ -383,7 +384,7 @@ def main(args):
                     stats = train_fn(count_t.fill_(count))  # trick: no .item(): the losses stay on the device
                 # update target network
                 if iteration % args.target_network_frequency == 0:
-                    target_fn()
+                    target_fn()  # (trick: fused target update, captured as a graph of its own)
             run.tick(global_step)
 
             # log point every 100 steps, as CleanRL: read the losses in one go, stop on a non-finite one, log them

@@ -9,11 +9,11 @@ Run: torchrun --nproc-per-node 2 leanrl/ppo_atari_envpool_distributed.py --local
 Without torchrun it runs as one process: the twin.
 """
 
-import io
-import os
+import io  # (trick: all ranks stop alike, rank 0 says why: the others' stderr is discarded)
+import os  # (trick: torchrun tells each process its rank and the world size)
 import random
-import sys
-from contextlib import contextmanager, redirect_stderr
+import sys  # (trick: rank 0 alone says why the ranks stopped)
+from contextlib import contextmanager, redirect_stderr  # (trick: the run joins the other ranks)
 from dataclasses import dataclass
 from datetime import timedelta  # trick: the process group's timeout
 from functools import partial
@@ -27,7 +27,7 @@ import torch.distributed._functional_collectives as funcol
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from tensordict.nn import CudaGraphModule
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
 from torch.distributions.categorical import Categorical
 
 from leanrl import bookkeeping as bk
@@ -61,7 +61,7 @@ class Args:
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
     """the number of full games to play with --eval-checkpoint"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile on the policy step and the update"""
     cudagraphs: bool = False
     """whether to capture the policy step and the update as CUDA graphs (tensordict's CudaGraphModule)"""
@@ -202,10 +202,8 @@ def policy_step(agent, obs, actions, logprobs, values, step):
 
 
 def advantages_and_returns(agent, obs, env_out, values, advantages, returns, gamma, gae_lambda):
-    """The bootstrap value of obs[T] and GAE over the rollout storage, written into advantages and returns.
-
-    obs and env_out hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done flag).
-    """
+    """The bootstrap value of obs[T] and GAE over the rollout storage, written into advantages and returns. obs and
+    env_out hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done flag)."""
     # trick: the bootstrap value and GAE are one function of the storage, compiled and captured like the updates
     with torch.no_grad():
         next_value = agent.get_value(obs[-1]).reshape(-1)
@@ -294,7 +292,7 @@ def explained_variance(values, returns):
 
 
 def update(
-    agent, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,
+    agent, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,  # (trick: minibatch gathered below)
     clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm,
     world_size=1,  # trick: with more than one rank, the update averages over the ranks
 ):  # fmt: skip
@@ -321,7 +319,7 @@ def update(
         stats = average_over_ranks(list(agent.parameters()), stats, world_size)
     nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
     optimizer.step()
-    return stats
+    return stats  # (trick: one all-reduce: the losses averaged with the gradients)
 
 
 LOSSES = ("loss", "policy", "value", "entropy", "old_approx_kl", "approx_kl", "clipfrac")  # the update's, clipfrac last
@@ -349,6 +347,7 @@ def process_group(args, world_size, run):
 
 def check_args(args):
     """Reject bad input before any training."""
+    # (trick: the launch flags: each rank's share of the envs, --local-num-envs, must be positive too)
     positive = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "local_num_envs")
     bk.check_flags(__file__, args, positive)
     # trick: torchrun tells each process the world size (and its RANK, and LOCAL_RANK, its GPU on its machine)
@@ -470,6 +469,7 @@ def main(args):
         env_out = torch.zeros((args.num_steps + 1, 2, args.local_num_envs), device=device)  # reward, done
         actions = torch.zeros((args.num_steps, args.local_num_envs), dtype=torch.long, device=device)
         logprobs = torch.zeros((args.num_steps, args.local_num_envs), device=device)
+        # (trick: T + 1 rows: rewards and dones are rows of env_out)
         values = torch.zeros((args.num_steps, args.local_num_envs), device=device)
         advantages = torch.zeros((args.num_steps, args.local_num_envs), device=device)
         returns = torch.zeros((args.num_steps, args.local_num_envs), device=device)
@@ -494,10 +494,10 @@ def main(args):
             advantages_fn, agent, obs, env_out, values, advantages, returns, args.gamma, args.gae_lambda
         )
         update_step = partial(
-            update_fn,
+            update_fn,  # (trick: torch.compile: the update compiled with --compile)
             agent,
             optimizer,
-            obs[:-1].flatten(0, 1),
+            obs[:-1].flatten(0, 1),  # (trick: the flat batch bound once, the minibatch gathered in the update)
             actions.view(-1),
             logprobs.view(-1),
             advantages.view(-1),
@@ -522,8 +522,8 @@ def main(args):
             run.save = lambda: bk.save_checkpoint(run.model_path, args, model=agent.state_dict())
         # TRY NOT TO MODIFY: start the game
         global_step = 0
-        running_returns = np.zeros(args.local_num_envs)  # each env's score in its current game
-        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)
+        running_returns = np.zeros(args.local_num_envs)  # each env's score in its current game (trick: this rank's)
+        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)  # (trick: T + 1 rows: the first obs is row T)
         for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
@@ -531,12 +531,13 @@ def main(args):
                 lrnow = frac * args.learning_rate
                 optimizer.param_groups[0]["lr"].fill_(lrnow)  # trick: in place, the graphs read this tensor
 
-            obs[0], env_out[0] = obs[-1], env_out[-1]
+            obs[0], env_out[0] = obs[-1], env_out[-1]  # (trick: T + 1 rows: row T becomes row 0)
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
+                # (trick: T + 1 rows: the env's obs and done land in their rows after the step, no copies here)
 
                 # ALGO LOGIC: action logic
-                action = policy(step_index[step : step + 1])
+                action = policy(step_index[step : step + 1])  # (trick: the compiled, captured policy step)
 
                 # TRY NOT TO MODIFY: execute the game and log data.
                 next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
@@ -553,7 +554,7 @@ def main(args):
                     run.episode(global_step, episodic_return)
 
             # bootstrap value if not done
-            advantages_fn()
+            advantages_fn()  # (trick: bootstrap value and GAE in one compiled, captured call)
 
             # Optimizing the policy and value network
             clipfracs = []

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from tensordict.nn import CudaGraphModule
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
 from torch.distributions.categorical import Categorical
 
 from leanrl import bookkeeping as bk
@@ -48,7 +48,7 @@ class Args:
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
     """the number of full games to play with --eval-checkpoint"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile on the policy step and the update"""
     cudagraphs: bool = False
     """whether to capture the policy step and the update as CUDA graphs (tensordict's CudaGraphModule)"""
@@ -177,10 +177,8 @@ def policy_step(agent, obs, actions, logprobs, values, step):
 
 
 def advantages_and_returns(agent, obs, env_out, values, advantages, returns, gamma, gae_lambda):
-    """The bootstrap value of obs[T] and GAE over the rollout storage, written into advantages and returns.
-
-    obs and env_out hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done flag).
-    """
+    """The bootstrap value of obs[T] and GAE over the rollout storage, written into advantages and returns. obs and
+    env_out hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done flag)."""
     # trick: the bootstrap value and GAE are one function of the storage, compiled and captured like the updates
     with torch.no_grad():
         next_value = agent.get_value(obs[-1]).reshape(-1)
@@ -239,7 +237,7 @@ def explained_variance(values, returns):
 
 
 def update(
-    agent, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,
+    agent, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,  # (trick: minibatch gathered below)
     clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm,
 ):  # fmt: skip
     """One gradient step on the minibatch mb_inds of the flat batch; returns the detached losses."""
@@ -341,9 +339,10 @@ def main(args):
         # row 0 of the next iteration. No per-step tensors, no TensorDicts to validate and stack
         obs_shape = envs.observation_space.shape
         obs = torch.zeros((args.num_steps + 1, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
-        env_out = torch.zeros((args.num_steps + 1, 2, args.num_envs), device=device)  # reward, done
+        env_out = torch.zeros((args.num_steps + 1, 2, args.num_envs), device=device)  # reward, done (trick: T + 1 rows)
         actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
         logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+        # (trick: T + 1 rows: rewards and dones are rows of env_out)
         values = torch.zeros((args.num_steps, args.num_envs), device=device)
         advantages = torch.zeros((args.num_steps, args.num_envs), device=device)
         returns = torch.zeros((args.num_steps, args.num_envs), device=device)
@@ -368,10 +367,10 @@ def main(args):
             advantages_fn, agent, obs, env_out, values, advantages, returns, args.gamma, args.gae_lambda
         )
         update_step = partial(
-            update_fn,
+            update_fn,  # (trick: torch.compile: the update compiled with --compile)
             agent,
             optimizer,
-            obs[:-1].flatten(0, 1),
+            obs[:-1].flatten(0, 1),  # (trick: the flat batch bound once, the minibatch gathered in the update)
             actions.view(-1),
             logprobs.view(-1),
             advantages.view(-1),
@@ -396,7 +395,7 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         running_returns = np.zeros(args.num_envs)  # each env's score in its current game
-        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)
+        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)  # (trick: T + 1 rows: the first obs is row T)
         for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
@@ -404,12 +403,13 @@ def main(args):
                 lrnow = frac * args.learning_rate
                 optimizer.param_groups[0]["lr"].fill_(lrnow)  # trick: in place, the graphs read this tensor
 
-            obs[0], env_out[0] = obs[-1], env_out[-1]
+            obs[0], env_out[0] = obs[-1], env_out[-1]  # (trick: T + 1 rows: row T becomes row 0)
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
+                # (trick: T + 1 rows: the env's obs and done land in their rows after the step, no copies here)
 
                 # ALGO LOGIC: action logic
-                action = policy(step_index[step : step + 1])
+                action = policy(step_index[step : step + 1])  # (trick: the compiled, captured policy step)
 
                 # TRY NOT TO MODIFY: execute the game and log data.
                 next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
@@ -426,7 +426,7 @@ def main(args):
                     run.episode(global_step, episodic_return)
 
             # bootstrap value if not done
-            advantages_fn()
+            advantages_fn()  # (trick: bootstrap value and GAE in one compiled, captured call)
 
             # Optimizing the policy and value network
             clipfracs = []

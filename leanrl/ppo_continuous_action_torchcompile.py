@@ -3,9 +3,9 @@
 Run: python leanrl/ppo_continuous_action_torchcompile.py --env-id HalfCheetah-v4 --compile --cudagraphs
 """
 
-import random
+import random  # (trick: no contextlib below: no distribution checks, so no invalid_policy_is_divergence)
 from dataclasses import dataclass
-from functools import partial
+from functools import partial  # (trick: functions of tensors: modules and storage bound with partial)
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from tensordict.nn import CudaGraphModule
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
 from torch.distributions.normal import Normal
 
 from leanrl import bookkeeping as bk
@@ -49,7 +49,7 @@ class Args:
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
     """the number of episodes an evaluation plays"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile"""
     cudagraphs: bool = False
     """whether to use CUDA graphs (tensordict's CudaGraphModule); needs CUDA"""
@@ -282,7 +282,7 @@ def update(
     ]
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
     loss, stats = ppo_loss(
-        newlogprob, logprobs, entropy, newvalue, values, advantages, returns,
+        newlogprob, logprobs, entropy, newvalue, values, advantages, returns,  # (trick: the minibatch gathered above)
         clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
     )  # fmt: skip
     # trick: the grads set to None by hand, as zero_grad does: torch.compile does not trace zero_grad (a graph break)
@@ -291,7 +291,7 @@ def update(
     loss.backward()
     nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
     optimizer.step()
-    return torch.stack([loss.detach(), *stats.values()])
+    return torch.stack([loss.detach(), *stats.values()])  # (trick: one output a replay; no distribution checks)
 
 
 def check_args(args):
@@ -413,7 +413,7 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         next_obs, _ = envs.reset(seed=args.seed)
-        host_np[-1, :, :obs_dim] = next_obs  # the first rollout's row 0; not done
+        host_np[-1, :, :obs_dim] = next_obs  # the first rollout's row 0; not done (trick: T + 1 rows)
         env_out[-1].copy_(host[-1])
 
         for iteration in run.progress(range(1, args.num_iterations + 1)):
@@ -421,18 +421,19 @@ def main(args):
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
                 lrnow = frac * args.learning_rate
-                optimizer.param_groups[0]["lr"].fill_(lrnow)
+                optimizer.param_groups[0]["lr"].fill_(lrnow)  # (trick: in place, the graphs read this tensor)
 
-            env_out[0] = env_out[-1]
+            env_out[0] = env_out[-1]  # (trick: T + 1 rows: row T becomes row 0)
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
+                # (trick: T + 1 rows: the env's obs and done land in their rows after the step, no copies here)
 
                 # ALGO LOGIC: action logic
-                action = policy(step_index[step : step + 1])
+                action = policy(step_index[step : step + 1])  # (trick: the compiled, captured policy step)
 
                 # TRY NOT TO MODIFY: execute the game and log data.
                 next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-                row = host_np[step + 1]
+                row = host_np[step + 1]  # (trick: one upload a step: the env's arrays into one host row)
                 row[:, :obs_dim], row[:, obs_dim], row[:, obs_dim + 1] = next_obs, reward, terminations | truncations
                 if host is not env_out:
                     env_out[step + 1].copy_(host[step + 1], non_blocking=True)
@@ -441,9 +442,10 @@ def main(args):
                     run.episode(global_step, episodic_return, episodic_length)
 
             # bootstrap value if not done
-            advantages_fn()
+            advantages_fn()  # (trick: bootstrap value and GAE in one compiled, captured call)
 
             # Optimizing the policy and value network
+            # (trick: no host index array: the minibatches are drawn on the device, below)
             clipfracs = []
             for _epoch in range(args.update_epochs):
                 # trick: shuffle on the device (no index upload), and no host read here: the losses stay on the device
@@ -459,7 +461,7 @@ def main(args):
             explained_var = torch.where(var_y == 0, torch.nan, 1 - (y_true - y_pred).var(correction=0) / var_y)
 
             # log point, as CleanRL's: the last minibatch's losses, the mean clipfrac of all minibatches
-            stats = dict(zip(LOGGED, stats), clipfrac=torch.stack(clipfracs).mean())
+            stats = dict(zip(LOGGED, stats), clipfrac=torch.stack(clipfracs).mean())  # (trick: one output a replay)
             logged = {"explained_variance": explained_var, "learning_rate": optimizer.param_groups[0]["lr"]}
             losses = run.check_finite(global_step, stats, unchecked=logged)
             run.tick(global_step)

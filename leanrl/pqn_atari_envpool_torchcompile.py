@@ -6,7 +6,7 @@ Run: python leanrl/pqn_atari_envpool_torchcompile.py --env-id Breakout-v5 --comp
 
 import random
 from dataclasses import dataclass
-from functools import partial
+from functools import partial  # (trick: functions of tensors: network, optimizer, storage bound with partial)
 from pathlib import Path
 
 import envpool
@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 import tyro
-from tensordict.nn import CudaGraphModule
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
 
 from leanrl import bookkeeping as bk
 
@@ -51,7 +51,7 @@ class Args:
     """the number of full games to play with --eval-checkpoint"""
     eval_epsilon: float = 0.05
     """the exploration rate of the evaluation games (CleanRL's DQN evals use 0.05)"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile on the policy step, the Q(lambda) returns and the update"""
     cudagraphs: bool = False
     """whether to capture the policy step, the Q(lambda) returns and the update as CUDA graphs (CudaGraphModule)"""
@@ -185,10 +185,8 @@ def policy_step(q_network, obs, actions, values, epsilons, step):
 
 
 def q_lambda_targets(q_network, obs, env_out, values, returns, gamma, q_lambda):
-    """The bootstrap value of obs[T] and the Q(lambda) returns over the rollout storage, written into returns.
-
-    obs and env_out hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done flag).
-    """
+    """The bootstrap value of obs[T] and the Q(lambda) returns over the rollout storage, written into returns. obs and
+    env_out hold T + 1 rows: row t + 1 is what the env returned at step t (observation, reward, done flag)."""
     # trick: the bootstrap value and Q(lambda) are one function of the storage, compiled and captured like the update
     with torch.no_grad():
         next_value = q_network(obs[-1]).max(dim=1).values
@@ -294,8 +292,9 @@ def main(args):
         # row 0 of the next iteration
         obs_shape = envs.observation_space.shape
         obs = torch.zeros((args.num_steps + 1, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
-        env_out = torch.zeros((args.num_steps + 1, 2, args.num_envs), device=device)  # reward, done
+        env_out = torch.zeros((args.num_steps + 1, 2, args.num_envs), device=device)  # reward, done (trick: T + 1 rows)
         actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+        # (trick: T + 1 rows: rewards and dones are rows of env_out)
         values = torch.zeros((args.num_steps, args.num_envs), device=device)
         returns = torch.zeros((args.num_steps, args.num_envs), device=device)
         # trick: a non_blocking copy from envpool's pageable arrays need not be asynchronous (the driver stages it). On
@@ -331,7 +330,7 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         running_returns = np.zeros(args.num_envs)  # each env's score in its current game
-        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)
+        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)  # (trick: T + 1 rows: the first obs is row T)
         for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
@@ -342,14 +341,15 @@ def main(args):
             duration = args.exploration_fraction * args.total_timesteps
             schedule = [linear_schedule(args.start_e, args.end_e, duration, global_step + args.num_envs * (step + 1))
                         for step in range(args.num_steps)]  # fmt: skip
-            epsilons.copy_(torch.tensor(schedule), non_blocking=True)
+            epsilons.copy_(torch.tensor(schedule), non_blocking=True)  # (trick: the iteration's epsilons in one copy)
             epsilon = schedule[-1]
-            obs[0], env_out[0] = obs[-1], env_out[-1]
+            obs[0], env_out[0] = obs[-1], env_out[-1]  # (trick: T + 1 rows: row T becomes row 0)
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
+                # (trick: T + 1 rows: the env's obs and done land in their rows after the step, no copies here)
 
                 # ALGO LOGIC: action logic
-                action = policy(step_index[step : step + 1])
+                action = policy(step_index[step : step + 1])  # (trick: the compiled, captured policy step)
 
                 # TRY NOT TO MODIFY: execute the game and log data.
                 next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
@@ -366,14 +366,14 @@ def main(args):
                     run.episode(global_step, episodic_return)
 
             # Compute Q(lambda) targets, bootstrapped from the greedy value of the last observation
-            targets_fn()
+            targets_fn()  # (trick: bootstrap value and Q(lambda) in one compiled, captured call)
 
             # Optimizing the Q-network
             for _epoch in range(args.update_epochs):
                 # as a careful user writes CleanRL's shuffle: the minibatch indices are drawn on the device (no index
                 # upload per minibatch), from torch's generator, so the twin draws the very same minibatches
                 for mb_inds in torch.randperm(args.batch_size, device=device).split(args.minibatch_size):
-                    out = update_step(mb_inds)
+                    out = update_step(mb_inds)  # (trick: the captured update, minibatch gathered in it)
 
             run.tick(global_step)
             # logged as CleanRL does, once an iteration: the last minibatch's TD loss and mean Q-value (one host read)

@@ -9,17 +9,17 @@ Run: python leanrl/pqn_torchcompile.py --env-id CartPole-v1 --compile --cudagrap
 
 import random
 from dataclasses import dataclass
-from functools import partial
+from functools import partial  # (trick: functions of tensors: network, optimizer, storage bound with partial)
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+import torch.nn.functional as F  # (trick: no torch.optim below: RAdam's state by hand, see make_radam)
 import tyro
-from tensordict.nn import CudaGraphModule
-from torch.optim.radam import radam
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
+from torch.optim.radam import radam  # (trick: RAdam's step as a function, inside the compiled update)
 
 from leanrl import bookkeeping as bk
 
@@ -55,7 +55,7 @@ class Args:
     """the number of episodes an evaluation plays"""
     eval_epsilon: float = 0.05
     """the exploration rate of an evaluation (the end of the training schedule)"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile on the policy step, the Q(lambda) returns and the update"""
     cudagraphs: bool = False
     """whether to use CUDA graphs (tensordict's CudaGraphModule); needs CUDA"""
@@ -192,8 +192,7 @@ def make_radam(params, lr, capturable):
 
 
 def update(q_network, optimizer, obs, actions, returns, mb_inds, max_grad_norm):
-    """One gradient step on the minibatch mb_inds of the flat batch (obs, actions, returns); returns the stacked (TD
-    loss, mean Q of the actions taken)."""
+    """One gradient step on minibatch mb_inds of the flat batch; returns the stacked (TD loss, mean Q of actions)."""
     # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once and
     # its indices are the only input
     obs, actions, returns = obs[mb_inds], actions[mb_inds], returns[mb_inds]
@@ -274,8 +273,7 @@ def main(args):
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    # trick: TF32 matmuls on GPUs that have them
-    torch.set_float32_matmul_precision("high")
+    torch.set_float32_matmul_precision("high")  # trick: TF32 matmuls on GPUs that have them
 
     with bk.Run(__file__, args, device) as run:
         # env setup
@@ -332,7 +330,7 @@ def main(args):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / num_iterations
-                optimizer["lr"].fill_(frac * args.learning_rate)
+                optimizer["lr"].fill_(frac * args.learning_rate)  # (trick: in place, the graphs read this tensor)
 
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
@@ -342,8 +340,8 @@ def main(args):
                 # ALGO LOGIC: action logic
                 duration = args.exploration_fraction * args.total_timesteps
                 epsilon = linear_schedule(args.start_e, args.end_e, duration, global_step)
-                epsilon_t.fill_(epsilon)
-                action = policy(step_index[step : step + 1])
+                epsilon_t.fill_(epsilon)  # (trick: in place, the graphs read this tensor)
+                action = policy(step_index[step : step + 1])  # (trick: the compiled, captured policy step)
 
                 # TRY NOT TO MODIFY: execute the game and log data.
                 next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
@@ -358,16 +356,16 @@ def main(args):
             run.fields["epsilon"] = epsilon  # the results line reports the last one
 
             # Compute Q(lambda) targets
-            returns_fn(next_obs, next_done)
+            returns_fn(next_obs, next_done)  # (trick: bootstrap value and returns in one compiled, captured call)
 
             # Optimizing the Q-network
+            # trick: shuffle on the device (no index upload), and no host read here: the losses stay on the device
             for _epoch in range(args.update_epochs):
-                # trick: shuffle on the device (no index upload), and no host read here: the losses stay on the device
                 for mb_inds in torch.randperm(batch_size, device=device).split(minibatch_size):
-                    td_loss, q_values = update_fn(mb_inds)
+                    td_loss, q_values = update_fn(mb_inds)  # (trick: the captured update, minibatch gathered in it)
 
             # log point, as CleanRL's: the last minibatch's losses, one read an iteration; stop on a non-finite one
-            logged = {"learning_rate": optimizer["lr"]}
+            logged = {"learning_rate": optimizer["lr"]}  # (trick: the lr a device tensor in RAdam's state by hand)
             losses = run.check_finite(global_step, {"td_loss": td_loss, "q_values": q_values}, unchecked=logged)
             run.tick(global_step)
             run.report(global_step, {"losses/td_loss": losses["td_loss"], "losses/q_values": losses["q_values"],

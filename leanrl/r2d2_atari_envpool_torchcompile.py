@@ -12,7 +12,7 @@ Memory task: python leanrl/r2d2_atari_envpool_torchcompile.py --env-id CartPole-
 import random
 import warnings
 from dataclasses import dataclass
-from functools import partial
+from functools import partial  # (trick: functions of tensors: network, optimizer, store bound with partial)
 from pathlib import Path
 
 import envpool
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from tensordict.nn import CudaGraphModule
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
 
 from leanrl import bookkeeping as bk
 
@@ -58,7 +58,7 @@ class Args:
     """the number of full episodes to play with --eval-checkpoint"""
     eval_epsilon: float = 0.001
     """the exploration rate of the evaluation episodes"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile on the policy step and the update"""
     cudagraphs: bool = False
     """whether to capture the policy step, the replay write and the update as CUDA graphs (CudaGraphModule)"""
@@ -182,7 +182,7 @@ class QNetwork(nn.Module):
         h, c = state
         outputs = []
         for t in range(T):
-            h, c = lstm_step(self.lstm, inputs[t], h, c, keep[t])
+            h, c = lstm_step(self.lstm, inputs[t], h, c, keep[t])  # (trick: one compiled LSTM step)
             outputs.append(h)
         out = torch.stack(outputs)
         advantage = self.advantage(out)
@@ -452,9 +452,8 @@ def update(q_network, target_network, optimizer, batch, weights, burn_in, gamma,
 
 def sample_and_update(q_network, target_network, optimizer, store, args, copy_target):
     """Sample, update, write the priorities back, and copy the online network to the target where copy_target is set."""
-    # trick: the whole update is one function of device tensors, so that it compiles and is captured whole: the
-    # sum-tree walk, the gathers of the sequences and the priority write-back stay on the device with no host sync;
-    # the periodic target copy is a masked copy in the graph (copy_target lives on the training device)
+    # trick: the whole update is one function of device tensors, compiled and captured whole: the sum-tree walk, the
+    # sequence gathers and the priority write-back stay on the device; the target copy is a masked copy in the graph
     index, weights = tree_sample(store["tree"], args.batch_size, args.importance_sampling_exponent)
     device = copy_target.device
     batch = {k: v.to(device) for k, v in sample_sequences(store, index, args.burn_in + args.seq_len).items()}
@@ -471,8 +470,7 @@ def sample_and_update(q_network, target_network, optimizer, store, args, copy_ta
 
 def act(q_network, obs, prev_actions, prev_rewards, first, h, c, epsilons):
     """Every env's epsilon-greedy action and the LSTM's next state, all on the device."""
-    # trick: no host branch on the random draw: both choices are computed and one is kept per env
-    with torch.no_grad():
+    with torch.no_grad():  # trick: no host branch on the random draw: both choices are computed and one is kept per env
         q_values, (h, c) = q_network(obs[None], prev_actions[None], prev_rewards[None], first[None], (h, c))
     explore = torch.rand(len(epsilons), device=epsilons.device) < epsilons
     random_actions = torch.randint(q_values.shape[-1], (len(epsilons),), device=epsilons.device)
@@ -507,7 +505,7 @@ def buffer_device(args, device):
     if args.buffer_device is None and device.type == "cuda" and need + 2 * 2**30 < torch.cuda.mem_get_info(device)[0]:
         chosen = device
     bk.check_memory(__file__, f"--buffer-size {args.buffer_size}", need, chosen)
-    if args.cudagraphs and chosen != device:  # a CUDA graph samples inside the graph: the memory must be on its GPU
+    if args.cudagraphs and chosen != device:  # (trick: CUDA graphs) the graph samples the memory: it must be on its GPU
         bk.fail(__file__, f"--cudagraphs needs the replay memory on the GPU; it is on the CPU (--buffer-device cpu, or "
                 f"--buffer-size {args.buffer_size} too large for the GPU)")  # fmt: skip
     return chosen
@@ -625,8 +623,7 @@ def main(args):
         frame_shape, dtype = frame_shape_of(args.env_id, args.mask_velocity)
         store = new_store(args.num_envs, args.buffer_size, period, args.hidden_size, frame_shape, dtype, store_device)
         run.fields["buffer_bytes"] = sum(t.nbytes for t in store.values())
-        # trick: the policy step, the replay write and the update as functions of device tensors, so that each
-        # compiles and is captured whole; the target-copy flag is a tensor: no recompile as it changes
+        # trick: policy step, replay write and update as functions of device tensors: each compiled and captured whole
         policy, add = partial(act, q_network), partial(store_add, store)
         update_step = partial(sample_and_update, q_network, target_network, optimizer, store, args)
         copy_yes, copy_no = torch.tensor(True, device=device), torch.tensor(False, device=device)
@@ -645,11 +642,11 @@ def main(args):
         if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
             run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
-        # trick: the obs goes to the device once, for the policy and the store
         to_device = lambda x, dtype=None, device=device: torch.as_tensor(x, dtype=dtype).to(device)
         to_store = partial(to_device, device=store_device)
-        obs = to_device(obs)
+        obs = to_device(obs)  # trick: the obs goes to the device once, for the policy and the store
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
+        # (trick: the obs goes to the device once: from there to the store)
         store_add(store, newest(obs).to(store_device), to_store(zeros == 0), *no_step, to_store(zeros, torch.bool))
         state = tuple(torch.zeros(args.num_envs, args.hidden_size, device=device) for _ in range(2))
         prev_actions = torch.zeros(args.num_envs, dtype=torch.long, device=device)
@@ -662,9 +659,10 @@ def main(args):
                 store_state(store, sequence_slots(store, iteration), iteration, *state)
 
             # ALGO LOGIC: put action logic here
-            actions, *state = policy(obs, prev_actions, prev_rewards, first, *state, epsilons)
+            actions, *state = policy(obs, prev_actions, prev_rewards, first, *state, epsilons)  # (trick: device policy)
 
             # TRY NOT TO MODIFY: execute the game and log data.
+            # (trick: the actions come from the device policy step: one read a step, for the env)
             next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
             global_step += args.num_envs
             ended = terminations | truncations  # a game's length: envpool's count of its steps where it ends
@@ -674,19 +672,21 @@ def main(args):
             # save data to the replay memory: the newest frame once, whether it began an episode, the step's data
             next_obs = observe(next_obs, args.mask_velocity)
             next_first = infos["elapsed_step"] == 0
-            obs, prev_rewards = to_device(next_obs), to_device(rewards, torch.float32)
+            obs, prev_rewards = to_device(next_obs), to_device(rewards, torch.float32)  # (trick: obs to device once)
             step = (actions.to(store_device), prev_rewards.to(store_device), to_store(terminations))
             add(newest(obs).to(store_device), to_store(next_first), *step, to_store(truncations))
             add_sequences(store, iteration + 2, length, period, args.priority_exponent)
-            first, prev_actions = to_device(next_first), actions
+            first, prev_actions = to_device(next_first), actions  # (trick: the actions are on the device already)
 
             # ALGO LOGIC: training, one gradient step at each env step s >= learning_starts with
             # s % train_frequency == 0 (with several envs, those of the steps this iteration covers)
             covered = range(global_step - args.num_envs, global_step)
             train_steps = [s for s in covered if s >= args.learning_starts and s % args.train_frequency == 0]
             for _ in train_steps:
+                # (trick: sample, update, priority write-back and target copy: one captured call, below)
                 updates += 1
                 # update the target network
+                # trick: the target-copy flag is a tensor: no recompile as it changes
                 out = update_step(copy_yes if updates % args.target_network_frequency == 0 else copy_no)
 
             run.tick(global_step)

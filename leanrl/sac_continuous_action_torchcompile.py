@@ -6,18 +6,18 @@ Run: python leanrl/sac_continuous_action_torchcompile.py --env-id HalfCheetah-v4
 import math
 import random
 from dataclasses import dataclass
-from functools import partial
+from functools import partial  # (trick: functions of tensors: modules, optimizers, buffer bound with partial)
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+import torch.nn.functional as F  # (trick: no torch.optim below: Adam as tensor ops, see make_adam)
 import tyro
-from tensordict import TensorDict
-from tensordict.nn import CudaGraphModule
-from torch.func import functional_call
+from tensordict import TensorDict  # (trick: the Q-networks' parameters stacked, for the vmap)
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
+from torch.func import functional_call  # (trick: vmap over Q-networks)
 
 from leanrl import bookkeeping as bk
 
@@ -50,7 +50,7 @@ class Args:
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
     """the number of episodes an evaluation plays (with the deterministic action)"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile on the policy step, the buffer write and the update"""
     cudagraphs: bool = False
     """whether to use CUDA graphs (tensordict's CudaGraphModule); needs CUDA"""
@@ -264,12 +264,13 @@ def critic_update(actor, qnet, qnet_params, qnet_target, q_optimizer, batch, alp
     """One gradient step of both Q-networks on the soft Q target; returns detached statistics."""
     with torch.no_grad():
         next_state_actions, next_state_log_pi, _ = actor.get_action(batch["next_obs"])
+        # (trick: vmap over Q-networks: both target Q-networks in one call)
         qf1_next_target, qf2_next_target = q_values(qnet, qnet_target, batch["next_obs"], next_state_actions)
         next_q_value = soft_q_target(
             batch["rewards"], batch["terminations"], qf1_next_target, qf2_next_target, next_state_log_pi.view(-1),
             alpha, gamma,
         )  # fmt: skip
-    qf1_a_values, qf2_a_values = q_values(qnet, qnet_params, batch["obs"], batch["actions"])
+    qf1_a_values, qf2_a_values = q_values(qnet, qnet_params, batch["obs"], batch["actions"])  # (trick: vmapped Q-nets)
     qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
     qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
     qf_loss = qf1_loss + qf2_loss
@@ -280,7 +281,7 @@ def critic_update(actor, qnet, qnet_params, qnet_target, q_optimizer, batch, alp
     return dict(**stats, qf1_loss=qf1_loss.detach(), qf2_loss=qf2_loss.detach(), qf_loss=qf_loss.detach() / 2.0)
 
 
-def actor_update(actor, qnet, qnet_params, actor_optimizer, obs, alpha):
+def actor_update(actor, qnet, qnet_params, actor_optimizer, obs, alpha):  # (trick: vmap over Q-networks)
     """One gradient step of the actor; returns its detached loss."""
     pi, log_pi, _ = actor.get_action(obs)
     # trick: the Q-parameters enter detached: the actor's backward computes no Q-gradients (the eager script's next
@@ -296,7 +297,7 @@ def alpha_update(actor, log_alpha, a_optimizer, obs, target_entropy):
     with torch.no_grad():
         _, log_pi, _ = actor.get_action(obs)
     alpha_loss = alpha_loss_fn(log_alpha, log_pi, target_entropy)
-    adam_step(a_optimizer, torch.autograd.grad(alpha_loss, a_optimizer["params"]))
+    adam_step(a_optimizer, torch.autograd.grad(alpha_loss, a_optimizer["params"]))  # (trick: one-graph update)
     return alpha_loss.detach()
 
 
@@ -311,22 +312,24 @@ def update_targets(targets, sources, tau):
 
 def train_step(
     actor, qnet, qnet_params, qnet_target, q_optimizer, actor_optimizer, log_alpha, a_optimizer,
-    buffer, count, transition, target_tau, policy_update,
+    buffer, count, transition, target_tau, policy_update,  # (trick: stacked Q-networks; tau a device tensor)
     batch_size, gamma, policy_frequency, autotune, target_entropy,
 ):  # fmt: skip
     """Store the vector step's transitions, sample a batch, update the critic; on policy steps also the actor (each of
     policy_frequency steps then a temperature step when autotuned); the targets on their steps. -> (count, stats)"""
     count = buffer_add(buffer, count, transition)
     batch = buffer_sample(buffer, count, batch_size)
+    # (trick: vmap over Q-networks: their stacked parameters and targets)
     stats = critic_update(actor, qnet, qnet_params, qnet_target, q_optimizer, batch, log_alpha.detach().exp(), gamma)
     if policy_update:  # TD 3 Delayed update support
         for _ in range(policy_frequency):  # compensate for the delay by doing 'actor_update_interval' instead of 1
-            stats["actor_loss"] = actor_update(
+            stats["actor_loss"] = actor_update(  # (trick: vmap over Q-networks)
                 actor, qnet, qnet_params, actor_optimizer, batch["obs"], log_alpha.detach().exp()
             )
             if autotune:
                 stats["alpha_loss"] = alpha_update(actor, log_alpha, a_optimizer, batch["obs"], target_entropy)
     # update the target networks
+    # (trick: fused target update on every step, tau 0 on the steps without one: no host branch)
     update_targets(list(qnet_target.values(True, True)), list(qnet_params.values(True, True)), target_tau)
     stats["alpha"] = log_alpha.detach().exp().squeeze()
     # trick: the statistics stacked in one tensor (their names in main): a CUDA graph clones each output on replay
@@ -410,7 +413,7 @@ def main(args):
         target_entropy = -float(act_dim)
         log_alpha = torch.tensor([1.0 if args.autotune else args.alpha], device=device).log()
         log_alpha.requires_grad_(args.autotune)
-        a_optimizer = make_adam([log_alpha], lr=args.q_lr)
+        a_optimizer = make_adam([log_alpha], lr=args.q_lr)  # (trick: Adam as tensor ops, for the one-graph update)
 
         buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
         count = torch.zeros((), dtype=torch.long, device=device)
@@ -458,7 +461,7 @@ def main(args):
                 actions = torch.as_tensor(actions, device=device)
             else:
                 with torch.no_grad():
-                    actions = policy(obs)
+                    actions = policy(obs)  # (trick: the compiled, captured policy step)
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
@@ -476,13 +479,13 @@ def main(args):
             transition = dict(
                 obs=obs,
                 actions=actions,
-                rewards=up[:, -2],
+                rewards=up[:, -2],  # (trick: one upload a step, above)
                 next_obs=up[:, obs_dim:-2],
                 terminations=up[:, -1],
             )
 
             # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
-            obs = up[:, :obs_dim]
+            obs = up[:, :obs_dim]  # (trick: one upload a step: the next obs is on the device already)
 
             # ALGO LOGIC: training.
             if learning:
@@ -491,12 +494,12 @@ def main(args):
                 target_tau = tau_on if iteration % args.target_network_frequency == 0 else tau_off
                 count, stats = train_fns[iteration % args.policy_frequency == 0](count, transition, target_tau)
             else:
-                count = add_fn(count, transition)
+                count = add_fn(count, transition)  # (trick: functions of tensors: the buffer write, captured on CUDA)
             run.tick(global_step)
 
             # log point: read the losses every 100 steps, and stop on a non-finite one
             if iteration % 100 == 0 or iteration == num_iterations - 1:
-                losses.update(zip(names[iteration % args.policy_frequency == 0], stats))  # this step's graph
+                losses.update(zip(names[iteration % args.policy_frequency == 0], stats))  # (trick: one output a replay)
                 logged = run.check_finite(global_step, losses)
                 run.report(global_step, {f"losses/{k}": v for k, v in logged.items()})
 

@@ -5,7 +5,7 @@ Run: python leanrl/td3_continuous_action_torchcompile.py --env-id HalfCheetah-v4
 
 import random
 from dataclasses import dataclass
-from functools import partial
+from functools import partial  # (trick: functions of tensors: modules, optimizers, buffer bound with partial)
 from pathlib import Path
 
 import gymnasium as gym
@@ -13,11 +13,11 @@ import numpy as np
 import torch
 import torch._dynamo.config  # trace_autograd_ops (a trick, see main)
 import torch.nn as nn
-import torch.nn.functional as F
+import torch.nn.functional as F  # (trick: no torch.optim below: Adam as tensor ops, see make_adam)
 import tyro
-from tensordict import TensorDict
-from tensordict.nn import CudaGraphModule
-from torch.func import functional_call
+from tensordict import TensorDict  # (trick: the Q-networks' parameters stacked, for the vmap)
+from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
+from torch.func import functional_call  # (trick: vmap over Q-networks)
 
 from leanrl import bookkeeping as bk
 
@@ -50,7 +50,7 @@ class Args:
     """evaluate this checkpoint instead of training"""
     eval_episodes: int = 10
     """the number of episodes an evaluation plays (with the deterministic action)"""
-    compile: bool = False
+    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
     """whether to use torch.compile on the policy step, the buffer write and the update"""
     cudagraphs: bool = False
     """whether to use CUDA graphs (tensordict's CudaGraphModule); needs CUDA"""
@@ -252,11 +252,12 @@ def critic_update(actor_target, qnet, qnet_params, qnet_target, q_optimizer, bat
             actor_target(batch["next_obs"]), torch.randn_like(batch["actions"]), policy_noise, noise_clip,
             actor_target.action_scale, actor_target.action_low, actor_target.action_high,
         )  # fmt: skip
+        # (trick: vmap over Q-networks: both target Q-networks in one call)
         qf1_next_target, qf2_next_target = q_values(qnet, qnet_target, batch["next_obs"], next_state_actions)
         next_q_value = clipped_double_q_target(
             batch["rewards"], batch["terminations"], qf1_next_target, qf2_next_target, gamma
         )
-    qf1_a_values, qf2_a_values = q_values(qnet, qnet_params, batch["obs"], batch["actions"])
+    qf1_a_values, qf2_a_values = q_values(qnet, qnet_params, batch["obs"], batch["actions"])  # (trick: vmapped Q-nets)
     qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
     qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
     qf_loss = qf1_loss + qf2_loss
@@ -270,7 +271,7 @@ def critic_update(actor_target, qnet, qnet_params, qnet_target, q_optimizer, bat
     return {key: value.detach() for key, value in dict(stats, qf_loss=qf_loss / 2.0).items()}
 
 
-def actor_update(actor, qnet, qnet_params, actor_optimizer, obs):
+def actor_update(actor, qnet, qnet_params, actor_optimizer, obs):  # (trick: vmap over Q-networks)
     """One gradient step of the actor; returns its detached loss."""
     # trick: Q1's parameters (slice 0 of the stack) enter detached: the actor's backward computes no Q-gradients,
     # which the eager script's next critic step throws away anyway (its zero_grad). Detached by apply: TensorDict's
@@ -289,7 +290,7 @@ def update_targets(targets, sources, tau):
 
 
 def train_step(
-    actor, actor_target, qnet, qnet_params, qnet_target, q_optimizer, actor_optimizer,
+    actor, actor_target, qnet, qnet_params, qnet_target, q_optimizer, actor_optimizer,  # (trick: vmap over Q-networks)
     buffer, count, transition, policy_update,
     batch_size, gamma, tau, policy_noise, noise_clip,
 ):  # fmt: skip
@@ -297,10 +298,11 @@ def train_step(
     all the targets. Returns (new count, the detached statistics)."""
     count = buffer_add(buffer, count, transition)
     batch = buffer_sample(buffer, count, batch_size)
-    stats = critic_update(
+    stats = critic_update(  # (trick: vmap over Q-networks: their stacked parameters and targets)
         actor_target, qnet, qnet_params, qnet_target, q_optimizer, batch, gamma, policy_noise, noise_clip
     )
     if policy_update:
+        # (trick: vmap over Q-networks: Q1 is slice 0 of the stack)
         stats["actor_loss"] = actor_update(actor, qnet, qnet_params, actor_optimizer, batch["obs"])
         # update the target network
         update_targets(list(actor_target.parameters()) + list(qnet_target.values(True, True)),
@@ -383,13 +385,13 @@ def main(args):
     with bk.Run(__file__, args, device, burnin=burnin) as run:
         # env setup
         envs = make_envs(args.env_id, args.num_envs, run.videos)
-        # trick: TF32 matmuls on GPUs that have them
-        torch.set_float32_matmul_precision("high")
+        torch.set_float32_matmul_precision("high")  # trick: TF32 matmuls on GPUs that have them
         obs_dim, space = envs.single_observation_space.shape[0], envs.single_action_space
         act_dim = space.shape[0]
         actor = Actor(obs_dim, space.low, space.high).to(device)
         qf1 = QNetwork(obs_dim, act_dim).to(device)
         qf2 = QNetwork(obs_dim, act_dim).to(device)
+        # (trick: no target Q-networks to build: their parameters are a clone of the stack, below)
         target_actor = Actor(obs_dim, space.low, space.high).to(device)
         target_actor.load_state_dict(actor.state_dict())
         # trick: the two Q-networks' parameters stacked into one TensorDict (leading dim 2, an nn.Module whose
@@ -444,7 +446,7 @@ def main(args):
                 actions = torch.as_tensor(env_actions, device=device)  # for the buffer: the env takes them as they are
             else:
                 with torch.no_grad():
-                    actions = policy(obs)
+                    actions = policy(obs)  # (trick: the compiled, captured policy step)
                 env_actions = actions.cpu().numpy()
 
             # TRY NOT TO MODIFY: execute the game and log data.
@@ -465,25 +467,25 @@ def main(args):
                 obs=obs,
                 actions=actions,
                 rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
-                next_obs=real_next_obs_t,
+                next_obs=real_next_obs_t,  # (trick: one upload a step, above)
                 terminations=torch.as_tensor(terminations, dtype=torch.float32, device=device),
             )
 
             # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
-            obs = next_obs_t
+            obs = next_obs_t  # (trick: one upload a step: the next obs is on the device already)
 
             # ALGO LOGIC: training.
             if learning:
                 # trick: one call (one CUDA-graph replay) writes, samples and updates; the losses stay on the device
                 count, stats = train_fns[iteration % args.policy_frequency == 0](count, transition)
             else:
-                count = add_fn(count, transition)
+                count = add_fn(count, transition)  # (trick: functions of tensors: the buffer write, captured on CUDA)
             run.tick(global_step)
 
             # log point: read the losses every 100 steps, and stop on a non-finite one
             if iteration % 100 == 0 or iteration == num_iterations - 1:
                 # a step without the actor's update has no actor loss: the last one read stays
-                losses.update(zip(STATS, stats))
+                losses.update(zip(STATS, stats))  # (trick: one output a replay)
                 run.report(global_step, {f"losses/{k}": v for k, v in run.check_finite(global_step, losses).items()})
 
         envs.close()

@@ -1,14 +1,15 @@
 """Collect the speed tricks of every twin from its `# trick:` comments: docs/tricks.md and the README's catalogue.
 
     python plots/tricks.py           # rewrite docs/tricks.md and the README's catalogue
-    python plots/tricks.py --check   # exit 1 if either is out of date
+    python plots/tricks.py --check   # exit 1 if either is out of date, or a hunk of a diff has no trick comment
 
 The twin rule makes every difference between `<algo>.py` and `<algo>_torchcompile.py` a speed trick
 with a `# trick: ...` comment (and every difference between a twin and its `_distributed.py` a step of
 scaling out), so the comments are the list: docs/tricks.md gives each distinct comment once, with every
 line that carries it. The README's catalogue has one row per kind of trick (CATALOGUE below) and marks the
 scripts whose diff uses it: the lines a twin adds to its eager file (a distributed file: to its twin) are
-searched for the row's pattern, so the marks follow the code.
+searched for the row's pattern, so the marks follow the code. --check also holds every hunk of those diffs to the rule
+(unexplained_hunks): a `# trick:` comment, or a pointer to one such as `# (trick: CUDA graphs)`, explains it.
 """
 
 import argparse
@@ -121,6 +122,31 @@ def added_lines(script, base):
     ]
 
 
+POINTER = re.compile(r"#.*\btrick")  # a `# trick:` comment, or a pointer to one: `# (trick: ...)`, `# trick above`
+
+
+def unexplained_hunks(root=ROOT):
+    """One line ("script:line: ...") per hunk of the diffs (scripts()) that no comment naming a trick explains: none on
+    the script's lines of the hunk (a deletion: the lines on either side of it) or in the comment block right above.
+    Only the module docstring is exempt: its header names the file and its Run: line."""
+    found = []
+    for script, base in scripts(root):
+        old, new = base.read_text(), script.read_text()
+        header = [text[: text.index('"""', 3)].count("\n") + 1 if text.startswith('"""') else 0 for text in (old, new)]
+        old, new = old.splitlines(), new.splitlines()
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            if tag == "equal" or (i2 <= header[0] and j2 <= header[1]):
+                continue
+            above = j1
+            while above and new[above - 1].lstrip().startswith("#"):
+                above -= 1
+            lines = new[above:j2] if j2 > j1 else new[max(j1 - 1, 0) : j1 + 1] + new[above:j1]
+            if not any(POINTER.search(line) for line in lines):
+                first = new[j1].strip() if j2 > j1 else f"(deleted) {old[i1].strip()}"
+                found.append(f"{script.name}:{j1 + 1}: no trick comment explains this hunk: {first}")
+    return found
+
+
 def _key(text):
     return " ".join(text.split()).rstrip(".")
 
@@ -213,8 +239,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", default=str(ROOT / "README.md"))
     parser.add_argument("--docs", default=str(ROOT / "docs" / "tricks.md"), help="the line-by-line list")
-    parser.add_argument("--check", action="store_true", help="only check that both are up to date")
+    parser.add_argument("--check", action="store_true", help="only check: both up to date, every hunk explained")
     args = parser.parse_args(argv)
+    hunks = unexplained_hunks(ROOT) if args.check else []
+    for hunk in hunks:
+        print(hunk, file=sys.stderr)
     table, unused = catalogue()
     if unused:
         print(f"plots/tricks.py: catalogue rows used by no script: {unused}; fix CATALOGUE", file=sys.stderr)
@@ -226,8 +255,7 @@ def main(argv=None):
     if args.check:
         if stale:
             print(f"plots/tricks.py: out of date: {', '.join(stale)}: run python plots/tricks.py", file=sys.stderr)
-            return 1
-        return 0
+        return 1 if stale or hunks else 0
     for path, new in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(new)

@@ -250,6 +250,30 @@ def test_tricks_check_covers_the_readme_catalogue_and_docs(tmp_path):
     assert docs.read_text().count("](../leanrl/") == carried  # and links every line that carries one
 
 
+def test_tricks_check_fails_on_a_diff_hunk_that_no_trick_comment_explains(tmp_path, monkeypatch, capsys):
+    """The README says each hunk of a pair's diff has a `# trick:` comment: --check holds every twin (and the
+    distributed file) to it. A planted hunk fails it, naming its line, until a pointer to a trick explains it."""
+    tricks = load_script("plots/tricks.py")
+    assert tricks.unexplained_hunks() == [], "hunks without a trick comment: add one, or a `# (trick: ...)` pointer"
+    shutil.copytree(ROOT / "leanrl", tmp_path / "leanrl", ignore=shutil.ignore_patterns("__pycache__"))
+    twin = tmp_path / "leanrl" / "dqn_torchcompile.py"
+    good = twin.read_text()
+    assert tricks.unexplained_hunks(tmp_path) == []
+    end = '\nif __name__ == "__main__":'
+    twin.write_text(good.replace(end, "\nPLANTED = 1" + end))
+    (hunk,) = tricks.unexplained_hunks(tmp_path)
+    line = twin.read_text().splitlines().index("PLANTED = 1") + 1
+    assert hunk == f"dqn_torchcompile.py:{line}: no trick comment explains this hunk: PLANTED = 1"
+    monkeypatch.setattr(tricks, "ROOT", tmp_path)  # --check reads the scripts there, the real README and docs
+    paths = ["--readme", str(ROOT / "README.md"), "--docs", str(ROOT / "docs" / "tricks.md")]
+    assert tricks.main(["--check", *paths]) == 1 and capsys.readouterr().err == hunk + "\n"
+    twin.write_text(good.replace(end, "\nPLANTED = 1  # (trick: a pointer)" + end))
+    assert tricks.unexplained_hunks(tmp_path) == [] and tricks.main(["--check", *paths]) == 0
+    twin.write_text(good.replace("\n        envs.close()\n", "\n"))  # a deletion is a hunk too
+    (hunk,) = tricks.unexplained_hunks(tmp_path)
+    assert hunk.startswith("dqn_torchcompile.py:") and "(deleted)" in hunk, hunk
+
+
 def test_readme_quick_start_runs_as_pasted_on_a_cpu_with_the_cuda_line_beside_it():
     """A newcomer pastes the first training line on a laptop: it must not ask for CUDA (--cudagraphs exits 2 there);
     the GPU line is there too, and both run the same script at the same budget."""
