@@ -483,6 +483,26 @@ def publish_files(out, plots_dir, names):
 GPU_COLUMNS = ["eager", "twin", "twin --compile", "twin --compile --cudagraphs"]
 
 
+def steady_brief(table, link):
+    """The README's cut of benchmarks/steady.py's table with a peer side: one row a script, ours beside LeanRL's
+    (steps per CPU-second, their ratio, the cold warm-up); the whole table stays in `link`. Without a peer: as is."""
+    lines = table.strip().splitlines()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| `")]
+    if not any(row[1] == "peer" for row in rows):
+        return table
+    head = [line for line in lines if not line.startswith("|")][:2]
+    out = [*head, "", f"Each script once, one round, ours beside LeanRL's (every column: [{link}]({link})).", ""]
+    out += ["| run | steps/CPU-s | LeanRL's | ours / LeanRL | warm-up s (LeanRL's) |", "|---|---|---|---|---|"]
+    peer = {row[0]: row for row in rows if row[1] == "peer"}
+    for row in rows:
+        if row[1] != "peer":
+            theirs = peer.get(row[0], [""] * 10)
+            found = theirs[3] not in ("", "—")
+            warmup = f"{row[5]} ({theirs[5]})" if found else row[5]
+            out.append(f"| {row[0]} | {row[3]} | {theirs[3] if found else '—'} | {row[8] or '—'} | {warmup} |")
+    return "\n".join(out) + "\n"
+
+
 def gpu_sessions(records):
     """[(machine, runs, ceilings), ...] from benchmarks/gpu_session.py's results.jsonl, one per machine; plain
     results lines (a GPU run of the scripts alone) become runs of their own machine, with their sps and no window."""
@@ -744,7 +764,8 @@ def main(argv=None):
             )
             raise SystemExit(2)
         readme = Path(args.readme or ROOT / "README.md")
-        readme.write_text(splice(readme.read_text(), "steady-table", table))
+        link = Path(os.path.relpath(Path(args.steady).resolve(), readme.resolve().parent)).as_posix()
+        readme.write_text(splice(readme.read_text(), "steady-table", steady_brief(table, link)))
         print(f"plot.py: published: {readme} (steady-table)")
 
 

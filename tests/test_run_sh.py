@@ -488,10 +488,22 @@ def test_replay_study_is_read_from_the_repository_with_its_source():
 
 
 def test_readme_steady_table_is_the_committed_harness_table():
-    """./run.sh --steady --publish copies the harness's table to benchmarks/results and splices it into the README."""
+    """./run.sh --steady --publish copies the harness's table to benchmarks/results and splices it into the README:
+    with LeanRL beside ours, its brief cut (plot.steady_brief), one row a script, the numbers the whole table has."""
+    steady_brief = plot.steady_brief
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- steady-table:start -->")[1].split("<!-- steady-table:end -->")[0].strip()
     committed = ROOT / "benchmarks" / "results" / "steady_cpu.md"
-    assert block == (committed.read_text().strip() if committed.exists() else "Not measured yet.")
-    if committed.exists():
-        assert block.startswith("Measured on cpu; CPU ") and "./run.sh --steady" in block and "warm-up s" in block
+    whole = committed.read_text()
+    assert block == steady_brief(whole, "benchmarks/results/steady_cpu.md").strip()
+    assert block.startswith("Measured on cpu; CPU ") and "./run.sh --steady" in block and "warm-up s" in block
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in whole.splitlines()
+        if line.startswith("| `") and "| peer |" not in line
+    }
+    for line in block.splitlines():
+        if line.startswith("| `"):  # ours, LeanRL's and the ratio as the whole table has them, a row a script
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            ours = [cell.strip() for cell in rows[cells[0]].strip("|").split("|")]
+            assert cells[1] == ours[3] and cells[3] in (ours[8], "—")
