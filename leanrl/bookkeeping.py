@@ -205,7 +205,10 @@ def mujoco_warning_dropped():
         mujoco.set_mju_user_warning(previous)
 
 
-# ---------------------------------------------------------------- episodes
+# ---------------------------------------------------------------- episodes: what counts as a return
+# This is RL, not bookkeeping, kept once because every script of a family counts the same way: a gymnasium episode's
+# return is RecordEpisodeStatistics' (before any reward normalisation or clipping); an Atari return is a whole game's
+# raw score, summed from envpool's unclipped rewards, though every lost life ends an episode for learning.
 
 
 def gym_episodes(infos):
@@ -277,37 +280,37 @@ def cpu_name():
 
 
 class Run:
-    """One training (or evaluation) run: its folder, return curve, steps/s meter, progress bar and results line.
+    """One training (or evaluation) run. What a script uses, part by part:
 
-        with Run(__file__, args, device) as run:
-            ...
-            run.episode(global_step, episodic_return, episodic_length)
-            run.tick(global_step)  # once per iteration: the steps/s meter
-            losses = run.check_finite(global_step, losses)  # stops a diverged run
-            run.report(global_step, {"losses/value_loss": ...})  # progress bar, and wandb with --track
+        with Run(__file__, args, device, burnin=...) as run:
+            for iteration in run.progress(range(num_iterations)):  # the loop, with its progress bar
+                ...
+                run.episode(global_step, episodic_return, episodic_length)  # an episode (an Atari game) ended
+                run.tick(global_step)  # an iteration done: the steps/s meter
+                losses = run.check_finite(global_step, losses)  # a log point: the losses read, a diverged run stopped
+                run.report(global_step, {"losses/td_loss": losses["td_loss"]})  # the bar; wandb with --track
+            run.add_to_results(epsilon=epsilon)  # a field of the results line (the last value given)
 
-    Leaving the `with` block calls `run.save` if the script set one (--save-model: it writes the checkpoint to
-    `run.model_path`) when the run ended well or was interrupted, then writes the results line (also when the run
-    fails) and prints the summary line; a diverged run then exits 1, an interrupted one 130 (143 when SIGTERM stopped
-    it), and an error is raised on.
-
-    Stop signals: inside the `with` block, Ctrl-C (SIGINT) and SIGTERM (how Slurm, Kubernetes and cloud schedulers stop
-    a job, SIGKILL following a grace period later) both raise KeyboardInterrupt in the main thread, where Python runs
-    the handler: after the native call under way (an env step, a torch op) returns. The run ends "interrupted", with
-    its curve, checkpoint and results line; a signal that comes while the run is ending (a scheduler's second SIGTERM,
-    torchrun forwarding the one its ranks got) is not raised there, so it cannot cut them short. A signal the process
-    was started ignoring (a job that a shell without job control started with `&` ignores SIGINT) stays ignored.
-    deferred_stop=True: a signal only sets `run.stop_signal`; the script stops where it chooses with run.stop_for()
-    (the ranks of a distributed run agree on the iteration to stop at).
-
-    Steps/s: `burnin` ticks are left out; the speed is measured from the tick that ends the burn-in to the last
-    tick (from the start when the run ends inside its burn-in; none before the first tick).
-
-    record=False: a run that keeps its meter, its checks and its exit status but writes and prints nothing (no
-    folder, curve, progress bar, wandb, results line or summary): the other ranks of a distributed run.
-
-    With --capture-video, `run.videos` is the folder where env 0 films its episodes (`videos/` in the run folder,
-    `eval_videos/` beside the checkpoint); else None. What filming needs is checked first (check_video).
+    - The run folder: `run.dir` (`run.name`, CleanRL's run name), with the return curve `returns.csv` written an
+      episode a line; `run.model_path`, where `run.save` writes the checkpoint (--save-model: the script sets
+      `run.save`); `run.videos`, the folder env 0 films in with --capture-video (else None; checked first).
+    - The steps/s meter: `burnin` ticks left out; measured from the tick that ends the burn-in to the last tick (from
+      the start when the run ends inside its burn-in; none before the first tick).
+    - The log points: `check_finite` returns the values it read (floats), the ones the script logs; they also go into
+      the results line, as the run's last losses.
+    - The end (leaving the `with` block): `run.save` when the run ended well or was interrupted, then the results line
+      (strict JSON, also when the run fails) and the summary line; a diverged run then exits 1, an interrupted one
+      130 (143 when SIGTERM stopped it), and an error is raised on.
+    - Stop signals: inside the `with` block, Ctrl-C (SIGINT) and SIGTERM (how Slurm, Kubernetes and cloud schedulers
+      stop a job, SIGKILL following a grace period later) both raise KeyboardInterrupt in the main thread, where
+      Python runs the handler: after the native call under way (an env step, a torch op) returns. The run ends
+      "interrupted", with its curve, checkpoint and results line; a signal that comes while the run is ending (a
+      scheduler's second SIGTERM, torchrun forwarding the one its ranks got) is not raised there, so it cannot cut them
+      short. A signal the process was started ignoring (a job that a shell without job control started with `&`
+      ignores SIGINT) stays ignored. deferred_stop=True: a signal only sets `run.stop_signal`; the script stops where
+      it chooses with run.stop_for() (the ranks of a distributed run agree on the iteration to stop at).
+    - record=False: a run that keeps its meter, its checks and its exit status but writes and prints nothing (no
+      folder, curve, progress bar, wandb, results line or summary): the other ranks of a distributed run.
     """
 
     def __init__(self, script, args, device, burnin=None, mode="train", record=True, deferred_stop=False, **fields):
@@ -370,6 +373,12 @@ class Run:
         self.pbar = tqdm.tqdm(iterable, desc=Path(self.script).stem, mininterval=1.0, disable=not self.record)
         return self.pbar
 
+    def add_to_results(self, **fields):
+        """Fields of the results line that only the script knows (its last epsilon, its replay memory's bytes)."""
+        self.fields.update(fields)
+
+    # ---------------------------------------------------------------- the return curve, the meter, the log points
+
     def episode(self, step, episodic_return, episodic_length=None, **logs):
         """An episode (a whole game on Atari) ended at env step `step`."""
         self.returns.append(episodic_return)
@@ -424,6 +433,8 @@ class Run:
         if self.wandb:
             self.wandb.log({"charts/SPS": self.sps or 0.0, **(logs or {})}, step=step)
 
+    # ---------------------------------------------------------------- --eval-checkpoint's loop
+
     def play(self, envs, act, episodes_of, num_episodes, **reset_kwargs):
         """The evaluation loop: step `envs` with `act(obs)` until `num_episodes` episodes ended.
 
@@ -438,6 +449,8 @@ class Run:
                 if len(self.returns) < num_episodes:
                     self.episode(self.steps, episodic_return)
         envs.close()
+
+    # ---------------------------------------------------------------- stop signals, the end, the results line
 
     def stop(self, signum, frame):
         """The handler of SIGINT and SIGTERM while the run is on: stop it, unless it is already ending."""

@@ -327,7 +327,7 @@ def main(args):
         target_network.load_state_dict(q_network.state_dict())
 
         store = new_frame_store(args.num_envs, args.buffer_size, store_device)
-        run.fields["buffer_bytes"] = sum(t.nbytes for t in store.values())
+        run.add_to_results(buffer_bytes=sum(t.nbytes for t in store.values()))
         running, zeros = np.zeros((args.num_envs, 2)), np.zeros(args.num_envs)  # per env: the game's score, steps
         # trick: the policy step, the replay write and the training step as functions of device tensors, so that each
         # compiles and is captured whole; epsilon and the target-copy flag are tensors: no recompile as they change

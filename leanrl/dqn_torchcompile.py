@@ -341,14 +341,14 @@ def main(args):
         if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
             run.save = lambda: bk.save_checkpoint(run.model_path, args, q_network=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
-        global_step, stats = 0, None
+        global_step, stats = 0, ()  # stats: the last update's (TD loss, mean Q), none before learning starts
         obs, _ = envs.reset(seed=args.seed)
         for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             epsilon = linear_schedule(
                 args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
             )
-            run.fields["epsilon"] = epsilon  # the results line reports the last one
+            run.add_to_results(epsilon=epsilon)  # the results line reports the last one
             if device_policy:
                 # trick: the obs goes up from pinned memory with a non_blocking copy; epsilon is written in place
                 obs_t = obs_staging.copy_(torch.from_numpy(obs)).to(device, non_blocking=True)
@@ -389,9 +389,8 @@ def main(args):
 
             # log point every 100 steps, as CleanRL: read the losses in one go, stop on a non-finite one, log them
             if iteration % 100 == 0 or iteration == num_iterations - 1:
-                if stats is not None:
-                    run.check_finite(global_step, {"td_loss": stats[0], "q_values": stats[1]})
-                run.report(global_step, {f"losses/{k}": v for k, v in run.losses.items()})  # CleanRL's keys
+                losses = run.check_finite(global_step, dict(zip(("td_loss", "q_values"), stats)))
+                run.report(global_step, {f"losses/{k}": v for k, v in losses.items()})  # CleanRL's keys
 
         envs.close()
 

@@ -353,7 +353,7 @@ def main(args):
 
                 for episodic_return, episodic_length in bk.gym_episodes(infos):
                     run.episode(global_step, episodic_return, episodic_length)
-            run.fields["epsilon"] = epsilon  # the results line reports the last one
+            run.add_to_results(epsilon=epsilon)  # the results line reports the last one
 
             # Compute Q(lambda) targets
             returns_fn(next_obs, next_done)  # (trick: bootstrap value and returns in one compiled, captured call)

@@ -572,7 +572,7 @@ def main(args):
 
         frame_shape, dtype = frame_shape_of(args.env_id, args.mask_velocity)
         store = new_store(args.num_envs, args.buffer_size, period, args.hidden_size, frame_shape, dtype, store_device)
-        run.fields["buffer_bytes"] = sum(t.nbytes for t in store.values())
+        run.add_to_results(buffer_bytes=sum(t.nbytes for t in store.values()))
         running_returns, zeros = np.zeros(args.num_envs), np.zeros(args.num_envs)
         newest = (lambda o: o[:, -1]) if len(frame_shape) == 2 else (lambda o: o)
 
@@ -643,7 +643,7 @@ def main(args):
                     logs = {"losses/td_loss": losses["loss"], "losses/q_values": losses["q_values"]}
                 run.report(global_step, logs)
         envs.close()
-        run.fields["updates"] = updates
+        run.add_to_results(updates=updates)
 
 
 if __name__ == "__main__":

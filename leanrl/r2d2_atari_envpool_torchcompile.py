@@ -622,7 +622,7 @@ def main(args):
 
         frame_shape, dtype = frame_shape_of(args.env_id, args.mask_velocity)
         store = new_store(args.num_envs, args.buffer_size, period, args.hidden_size, frame_shape, dtype, store_device)
-        run.fields["buffer_bytes"] = sum(t.nbytes for t in store.values())
+        run.add_to_results(buffer_bytes=sum(t.nbytes for t in store.values()))
         # trick: policy step, replay write and update as functions of device tensors: each compiled and captured whole
         policy, add = partial(act, q_network), partial(store_add, store)
         update_step = partial(sample_and_update, q_network, target_network, optimizer, store, args)
@@ -698,7 +698,7 @@ def main(args):
                     logs = {"losses/td_loss": losses["loss"], "losses/q_values": losses["q_values"]}
                 run.report(global_step, logs)
         envs.close()
-        run.fields["updates"] = updates
+        run.add_to_results(updates=updates)
 
 
 if __name__ == "__main__":
