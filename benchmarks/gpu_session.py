@@ -558,7 +558,7 @@ def machine():
 
 
 def source_commit():
-    """The commit measured: git's short hash (+ "dirty" with uncommitted changes), else $LEANRL_COMMIT (a GPU
+    """The commit measured: git's short hash (+ " + uncommitted changes"), else $LEANRL_COMMIT (a GPU
     machine gets the working tree without .git: put the hash in the command), else None."""
     git = lambda *cmd: subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True)
     head = git("rev-parse", "--short", "HEAD") if shutil.which("git") else None

@@ -316,7 +316,7 @@ def main(args):
         # trick: torch.compile fuses the small ops of the policy step and the update; CudaGraphModule replays each as a
         # CUDA graph. Compiled, then bound with partial: each keeps its own code, and a graph takes only tensors
         policy_fn, train_fn, target_fn = device_epsilon_greedy, train_step, update_target
-        # trick: the policy step on the device only on CUDA (--cudagraphs needs it): on a CPU the eager script's host
+        # trick: the policy step on the device only where a CUDA graph captures it: on a CPU the eager script's host
         # coins are cheaper, the network run only on greedy steps, no compiled call for a batch-1 MLP
         device_policy = cuda or args.cudagraphs
         if args.compile:

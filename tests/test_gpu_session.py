@@ -115,6 +115,32 @@ def test_the_gpu_table_puts_leanrl_beside_ours_with_the_ratios():
     assert cells[11:] == ["30%"]  # the best twin over the env's ceiling
 
 
+def test_a_published_gpu_table_names_its_commit_and_a_dirty_one_is_refused(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- gpu-table:start -->\nold\n<!-- gpu-table:end -->\n")
+    results = tmp_path / "results.jsonl"
+    machine = dict(kind="machine", device="GPU X", cpu="CPU Y", cpu_count=16, torch="2.11.0", time="2026-11-26T00")
+    run = dict(kind="run", side="leanrl", pair="dqn", variant="eager", env_id="CartPole-v1", num_envs=1, sps=900.0)
+    for commit, code in (("abc1234 + uncommitted changes", 2), ("abc1234", None)):
+        results.write_text("\n".join(json.dumps(r) for r in (dict(machine, commit=commit), run)) + "\n")
+        if code:
+            with pytest.raises(SystemExit) as exit:
+                plot.main(["--gpu", str(results), "--publish", "--readme", str(readme)])
+            assert exit.value.code == 2 and "uncommitted changes" in capsys.readouterr().err
+            assert "old" in readme.read_text()  # the README untouched
+        else:
+            plot.main(["--gpu", str(results), "--publish", "--readme", str(readme)])
+            assert "at commit `abc1234`: steps/s" in readme.read_text() and "old" not in readme.read_text()
+
+
+def test_the_measured_commit_is_gits_else_the_environments(monkeypatch, tmp_path):
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert session.source_commit().startswith(head.strip())
+    monkeypatch.setattr(session, "ROOT", tmp_path)  # a working tree without .git (as on a GPU machine)
+    monkeypatch.setenv("LEANRL_COMMIT", "feed123")
+    assert session.source_commit() == "feed123"
+
+
 @pytest.mark.parametrize("dry_run", [False, True], ids=["gpu", "dry-run"])
 def test_every_planned_run_of_ours_gets_flags_its_script_takes_and_the_env_it_is_labelled_with(dry_run):
     """Each of our jobs' command line parsed by its script's own Args (a flag a script lacks would cost a GPU call a
