@@ -13,7 +13,8 @@ What it measures (results.jsonl, one JSON object a line, each with "kind"):
             that window, the warm-up's excess over steady iterations (compile and capture), and for twins the
             recompiles after the warm-up (TORCH_LOGS=recompiles) and the host syncs in the hot loop
             (torch.cuda.set_sync_debug_mode, counted by script line over a few iterations after the window).
-  One run (PPO Atari's twin, 8 envs) also profiles ~10 iterations after its window: profile.md.
+  One run (PPO Atari's twin, 8 envs; --profile names others) also profiles ~10 iterations after its window:
+            profile.md.
 
 How a run is timed, the same way for our scripts and LeanRL's: a sitecustomize put on the subprocess's PYTHONPATH
 wraps tqdm.tqdm (both progress loops iterate over one) to stamp the wall time at the start of every iteration of
@@ -178,6 +179,9 @@ def start_profile(state):
 
         return call
 
+    vector = sys.modules.get("gymnasium.vector")
+    if vector is not None:  # the scripts' gymnasium envs step through SyncVectorEnv
+        vector.SyncVectorEnv.step = labelled("env.step", vector.SyncVectorEnv.step)
     envpool = sys.modules.get("envpool.python.envpool")
     if envpool is not None:
         mixin = envpool.EnvPoolMixin
@@ -382,6 +386,20 @@ def plan(peer, dry_run, cores):
     return list(zip(names, shares, lanes))
 
 
+def select(lanes, names=None, pairs=None, profiled=None, peer=True):
+    """The plan cut to some lanes (names) and pairs, a ceiling kept where a kept run steps its env; with profiled,
+    the profile moves to the twin --compile --cudagraphs runs of those pairs, ours and LeanRL's."""
+    keep = lambda j: "pair" not in j or ((pairs is None or j["pair"] in pairs) and (peer or j["side"] != "leanrl-peer"))
+    lanes = [(name, share, [j for j in jobs if keep(j)]) for name, share, jobs in lanes if not names or name in names]
+    stepped = {(j["env_id"], j["num_envs"]) for _, _, jobs in lanes for j in jobs if "pair" in j}
+    lanes = [(name, share, [j for j in jobs if "pair" in j or (j["env_id"], j["num_envs"]) in stepped])
+             for name, share, jobs in lanes]  # fmt: skip
+    for _, _, jobs in lanes if profiled else []:
+        for j in jobs:
+            j["profile"] = j.get("pair") in profiled and "--compile" in j["variant"] and "--cudagraphs" in j["variant"]
+    return [lane for lane in lanes if lane[2]]
+
+
 def split_cores(cores, n):
     """n lanes over the cores: as even as they go, the first two lanes (PPO Atari, ours and LeanRL's) first served;
     with fewer cores than lanes, lanes share them round-robin."""
@@ -569,7 +587,7 @@ def source_commit():
 
 
 def profile_markdown(record):
-    """The profile of a PPO Atari twin run: host time per rollout step by kind, GPU busy fraction, top ops."""
+    """The profile of a twin run: host time per rollout step by kind, GPU busy fraction, top ops."""
     prof = record["profile"]
     events = prof["events"]
     rollout_steps = prof["iterations"] * record["steps_per_iter"] // record["num_envs"]
@@ -622,6 +640,9 @@ def main(argv=None):
     parser.add_argument("--no-peer", action="store_true", help="our scripts only (no folder of LeanRL's at hand)")
     parser.add_argument("--budget-s", type=float, help="seconds the lanes may run (default 470, dry run 600)")
     parser.add_argument("--lanes", help="run only these lanes (comma-separated names), e.g. for a test")
+    parser.add_argument("--pairs", help="run only these pairs (comma-separated), e.g. to settle one pair's figure")
+    parser.add_argument("--profile", help="profile the twin --compile --cudagraphs runs of these pairs, ours and "
+                        "LeanRL's (comma-separated; default: PPO Atari's at 8 envs, ours)")  # fmt: skip
     parser.add_argument("--ceiling", nargs=4, metavar=("FAMILY", "ENV", "NUM_ENVS", "SECONDS"), help=argparse.SUPPRESS)
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--ceiling":
         family, env_id, num_envs, seconds = sys.argv[2:6]
@@ -656,11 +677,9 @@ def main(argv=None):
     record(info)
     print(f"gpu_session: {info['device']}, {info['cpu']} ({info['cpu_count']} cores), torch {info['torch']}")
     cores = sorted(os.sched_getaffinity(0))
+    split = lambda arg: arg.split(",") if arg else None
     lanes = plan(args.peer, args.dry_run, cores)
-    if args.no_peer:
-        lanes = [(name, share, [j for j in jobs if j.get("side") != "leanrl-peer"]) for name, share, jobs in lanes]
-    if args.lanes:
-        lanes = [lane for lane in lanes if lane[0] in args.lanes.split(",")]
+    lanes = select(lanes, split(args.lanes), split(args.pairs), split(args.profile), peer=not args.no_peer)
     deadline = time.time() + budget
 
     def lane_loop(name, lane_cores, jobs):
@@ -685,7 +704,8 @@ def main(argv=None):
     try:  # the tables: a failure here still leaves results.jsonl and the logs
         records = [json.loads(line) for line in results.read_text().splitlines()]
         profiled = [r for r in records if r.get("profile")]
-        (out / "profile.md").write_text(profile_markdown(profiled[0]) if profiled else "no profile was recorded\n")
+        profiles = "\n".join(profile_markdown(r) for r in profiled) or "no profile was recorded\n"
+        (out / "profile.md").write_text(profiles)
         sys.path.insert(0, str(ROOT))
         from plots.plot import gpu_markdown
 

@@ -82,6 +82,25 @@ def test_the_plan_measures_every_pair_and_the_peers_on_the_same_sizes():
     assert ceilings == {("Breakout-v5", 8), ("Breakout-v5", 64), ("HalfCheetah-v4", 1), ("CartPole-v1", 1)}
 
 
+def test_a_session_cut_to_some_pairs_keeps_their_runs_and_ceilings_and_moves_the_profile():
+    lanes = session.plan("/peer", dry_run=False, cores=list(range(16)))
+    pairs = ["ppo_continuous_action", "r2d2_atari_envpool"]
+    cut = session.select(lanes, pairs=pairs, profiled=["ppo_continuous_action"])
+    jobs = [j for _, _, lane in cut for j in lane]
+    runs = {(j["side"], j["pair"], j["variant"]) for j in jobs if "pair" in j}
+    full = "twin --compile --cudagraphs"
+    sides = [("leanrl", pair) for pair in pairs] + [("leanrl-peer", "ppo_continuous_action")]  # no LeanRL R2D2
+    assert runs == {(side, pair, variant) for side, pair in sides for variant in ("eager", full)}
+    assert {(j["env_id"], j["num_envs"]) for j in jobs if "pair" not in j} == {("HalfCheetah-v4", 1)}
+    assert {(j["side"], j["pair"]) for j in jobs if j.get("profile")} == {
+        ("leanrl", "ppo_continuous_action"), ("leanrl-peer", "ppo_continuous_action")}  # fmt: skip
+    assert [name for name, _, _ in cut] == ["leanrl-ppo-dqn", "mujoco", "dqn-r2d2"]  # lanes left empty are dropped
+    shares = dict((name, share) for name, share, _ in lanes)
+    assert all(share == shares[name] for name, share, _ in cut)  # each lane keeps the cores it has in the full plan
+    no_peer = session.select(lanes, names=["mujoco"], peer=False)
+    assert [j["side"] for _, _, lane in no_peer for j in lane if "pair" in j] == ["leanrl"] * 5
+
+
 def test_the_gpu_table_of_the_committed_h100_run_gives_its_speed_ups():
     path = ROOT / "docs" / "gpu-runs" / "h100-2026-11-24.jsonl"
     lines = [json.loads(raw) for raw in path.read_text().splitlines()]
