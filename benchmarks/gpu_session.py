@@ -576,12 +576,15 @@ def machine():
 
 
 def source_commit():
-    """The commit measured: git's short hash (+ " + uncommitted changes"), else $LEANRL_COMMIT (a GPU
-    machine gets the working tree without .git: put the hash in the command), else None."""
+    """The commit measured: $LEANRL_COMMIT where the caller names it (a GPU machine's copy of the working tree may
+    carry no .git, or a stale one: put the hash in the command), else git's short hash (+ " + uncommitted
+    changes"), else None."""
+    if os.environ.get("LEANRL_COMMIT"):
+        return os.environ["LEANRL_COMMIT"]
     git = lambda *cmd: subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True)
     head = git("rev-parse", "--short", "HEAD") if shutil.which("git") else None
     if head is None or head.returncode != 0:
-        return os.environ.get("LEANRL_COMMIT")
+        return None
     dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
     return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
 
@@ -594,7 +597,8 @@ def profile_markdown(record):
     wall_us = prof["wall_s"] * 1e6
     per_step = lambda us: f"{us / rollout_steps:,.1f}"
     lines = [
-        f"# Profile: `{record['script']}` {record['variant']}, {record['env_id']}, {record['num_envs']} envs",
+        f"# Profile: {'LeanRL' if record.get('side') == 'leanrl-peer' else 'ours'}, `{Path(record['script']).name}` "
+        f"{record['variant']}, {record['env_id']}, {record['num_envs']} envs",
         "",
         f"{prof['iterations']} iterations after the steady window ({rollout_steps} rollout steps and their updates), "
         f"{prof['wall_s']:.2f} s of wall time, {per_step(wall_us)} us a rollout step in all.",
