@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._inductor.config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # CI's 2 cores a second thread only adds contention with the env.
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+# Inductor compiles in the process that asks: its pool of compile workers (one per core, each a Python process that
+# imports torch) costs seconds of CPU in every compiling run, on a machine whose cores the test files already fill
+os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+torch._inductor.config.compile_threads = 1
 RESULT_KEYS = {
     "script",
     "env_id",
