@@ -86,11 +86,11 @@ class Args:
     """the number of vector-env steps between gradient steps"""
 
 
-def make_envs(env_id, num_envs, video_dir=None, **make_kwargs):
+def make_envs(env_id, num_envs, video_dir=None):
     # gymnasium 1.x resets a finished env on the *next* step by default; here in the same step: the returned obs begins
     # the new episode, the true last obs is in infos["final_obs"], the episode's statistics in infos["final_info"]
     def make_env(video_dir=None):  # with a video_dir (--capture-video) the env renders and films its episodes there
-        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None, **make_kwargs)
+        env = gym.make(env_id, render_mode="rgb_array" if video_dir else None)
         return gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env)
 
     envs = [lambda: make_env(video_dir)] + [make_env] * (num_envs - 1)  # env 0 alone is filmed

@@ -211,13 +211,16 @@ def test_twin_sampler_compiles_whole_and_the_fill_level_recompiles_nothing():
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_buffer_holds_true_final_obs_and_only_terminations_stop_the_bootstrap(name):
+def test_buffer_holds_true_final_obs_and_only_terminations_stop_the_bootstrap(name, monkeypatch):
     """The script's env (same-step autoreset), its real_next_obs and buffer_add over 400 random steps of CartPole cut
     at 12 steps, against an independent replay of the same actions in a plain env (reset by hand). A truncated
     transition keeps the obs the env really reached (not the reset obs) and bootstraps from it; a terminated one
     does not bootstrap."""
     mod, limit, steps, seed = MODULES[name], 12, 400, 3
-    envs = mod.make_envs("CartPole-v1", 1, max_episode_steps=limit)
+    make = gym.make
+    with monkeypatch.context() as patch:  # the script's env, its episodes cut at `limit` steps
+        patch.setattr(gym, "make", lambda env_id, **kwargs: make(env_id, max_episode_steps=limit, **kwargs))
+        envs = mod.make_envs("CartPole-v1", 1)
     buffer, count = mod.make_buffer(steps, 4), 0
     rng = np.random.default_rng(0)
     actions = rng.integers(0, 2, size=steps)
