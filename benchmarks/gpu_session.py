@@ -557,7 +557,7 @@ def machine():
         ).stdout
         driver = out.strip().splitlines()[0] if out.strip() else None
     sys.path.insert(0, str(ROOT))
-    from leanrl.bookkeeping import cpu_name
+    from leanrl.bookkeeping import cpu_name, source_commit
 
     return dict(
         kind="machine",
@@ -570,23 +570,9 @@ def machine():
         cuda=torch.version.cuda,
         **{name: version(name) for name in ("tensordict", "envpool", "gymnasium", "mujoco", "tyro", "numpy")},
         inductor=env_inductor(),
-        commit=source_commit(),
+        commit=source_commit(ROOT),  # $LEANRL_COMMIT on a GPU machine (its copy's .git may be stale)
         time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
-
-
-def source_commit():
-    """The commit measured: $LEANRL_COMMIT where the caller names it (a GPU machine's copy of the working tree may
-    carry no .git, or a stale one: put the hash in the command), else git's short hash (+ " + uncommitted
-    changes"), else None."""
-    if os.environ.get("LEANRL_COMMIT"):
-        return os.environ["LEANRL_COMMIT"]
-    git = lambda *cmd: subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True)
-    head = git("rev-parse", "--short", "HEAD") if shutil.which("git") else None
-    if head is None or head.returncode != 0:
-        return None
-    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
-    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
 
 
 def profile_markdown(record):

@@ -1,9 +1,9 @@
 """Run bookkeeping shared by every script. Nothing of RL lives here: the algorithms are in the scripts, one file each.
 
 What is here: flag and env-family checks (one clear line, exit code 2), the results line (strict JSON with the
-hardware it ran on), the return curve `returns.csv`, the steps/s meter, the progress bar, the end-of-run summary line,
-divergence/interrupt/error handling (Ctrl-C and a scheduler's SIGTERM alike), atomic checkpoints, the episode loop of
-`--eval-checkpoint` and what `--capture-video` needs.
+hardware and the commit it ran on), the return curve `returns.csv`, the steps/s meter, the progress bar, the end-of-run
+summary line, divergence/interrupt/error handling (Ctrl-C and a scheduler's SIGTERM alike), atomic checkpoints, the
+episode loop of `--eval-checkpoint` and what `--capture-video` needs.
 """
 
 import importlib.util
@@ -279,6 +279,25 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
+def source_commit(where):
+    """The commit a script ran at: $LEANRL_COMMIT where the caller names it (a copy of the checkout without .git, or
+    with a stale one), else git's short hash of the checkout holding `where` (+ " + uncommitted changes" where its
+    tracked files differ from it), else None."""
+    if os.environ.get("LEANRL_COMMIT"):
+        return os.environ["LEANRL_COMMIT"]
+    where = Path(where).resolve()
+    git = lambda *cmd: subprocess.run(["git", *cmd], cwd=where if where.is_dir() else where.parent, capture_output=True,
+                                      text=True)  # fmt: skip
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+    except OSError:  # no git on this machine
+        return None
+    if head.returncode != 0:  # not a git checkout
+        return None
+    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
+
+
 class Run:
     """One training (or evaluation) run. What a script uses, part by part:
 
@@ -351,6 +370,7 @@ class Run:
             cpu=cpu_name(),
             cpu_count=os.cpu_count(),
             torch=torch.__version__,
+            commit=source_commit(script),
             run_name=self.name,
             mode=mode,
             total_timesteps=args.total_timesteps if mode == "train" else 0,

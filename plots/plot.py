@@ -176,13 +176,25 @@ def commands_of(rows):
     return "`, `".join(sorted({line["_command"] for cells in rows.values() for c in cells.values() for line in c.runs}))
 
 
+def commits_of(rows):
+    """The commits a table's runs ran at, as their results lines name them ("" for a line from before they did)."""
+    return sorted({line.get("commit") or "" for cells in rows.values() for c in cells.values() for line in c.runs})
+
+
 def provenance(rows, images="", name=""):
-    """The command(s) that made a table, quoted; in the README (images set) a list of several gives way to the first
-    and a link to the table's own file `name`, which lists them all."""
+    """The command(s) that made a table, quoted, and the commit(s) its runs ran at; in the README (images set) a list
+    of several commands gives way to the first and a link to the table's own file `name`, which lists them all."""
     commands = commands_of(rows).replace("`, then `", "`, `").split("`, `")
     if not images or len(commands) == 1:
-        return "`" + "`, then `".join(commands) + "`"
-    return f"`{commands[0]}` and {len(commands) - 1} more (all in [{name}]({images}{name}))"
+        made = "`" + "`, then `".join(commands) + "`"
+    else:
+        made = f"`{commands[0]}` and {len(commands) - 1} more (all in [{name}]({images}{name}))"
+    named = [f"`{commit}`" for commit in commits_of(rows) if commit]
+    if named:
+        made += f" at commit{'s' if len(named) > 1 else ''} {', '.join(named)}"
+    if "" in commits_of(rows):
+        made += (", and" if named else ",") + " runs at a commit not recorded (their results lines predate the field)"
+    return made
 
 
 def speed_markdown(tables, failures, images="", returns=True):
@@ -739,6 +751,10 @@ def main(argv=None):
         print(table(""))
         print(f"plot.py: wrote {out / name} and {', '.join(pngs)} in {out}")
         if args.publish:
+            dirty = [c for rows in tables.values() for c in commits_of(rows) if "uncommitted" in c]
+            if dirty:  # a published figure names the commit that measured it
+                print(f"plot.py: error: runs of this table ran at {dirty[0]}: commit, rerun, publish", file=sys.stderr)
+                raise SystemExit(2)
             readme = Path(args.readme or ROOT / ("README.md" if args.learning else "docs/cpu-speed.md"))
             plots_dir = Path(args.plots_dir)
             images = Path(os.path.relpath(plots_dir, readme.resolve().parent)).as_posix() + "/"

@@ -152,18 +152,6 @@ def test_a_published_gpu_table_names_its_commit_and_a_dirty_one_is_refused(tmp_p
             assert "at commit `abc1234`: steps/s" in readme.read_text() and "old" not in readme.read_text()
 
 
-def test_the_measured_commit_is_the_one_the_caller_names_else_gits(monkeypatch, tmp_path):
-    monkeypatch.delenv("LEANRL_COMMIT", raising=False)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    assert session.source_commit().startswith(head.strip())
-    monkeypatch.setenv("LEANRL_COMMIT", "feed123")  # named: it wins over a .git that may be stale (a GPU machine's)
-    assert session.source_commit() == "feed123"
-    monkeypatch.setattr(session, "ROOT", tmp_path)  # a working tree without .git
-    assert session.source_commit() == "feed123"
-    monkeypatch.delenv("LEANRL_COMMIT")
-    assert session.source_commit() is None
-
-
 @pytest.mark.parametrize("dry_run", [False, True], ids=["gpu", "dry-run"])
 def test_every_planned_run_of_ours_gets_flags_its_script_takes_and_the_env_it_is_labelled_with(dry_run):
     """Each of our jobs' command line parsed by its script's own Args (a flag a script lacks would cost a GPU call a

@@ -28,7 +28,7 @@ PAIRS = [
     "pqn",
     "pqn_atari_envpool",
 ]
-HW = {"device": "cpu", "cpu": "Test CPU", "cpu_count": 2, "torch": "2.13.0"}
+HW = {"device": "cpu", "cpu": "Test CPU", "cpu_count": 2, "torch": "2.13.0", "commit": "abc1234"}
 ANCHORS = ROOT.parent / "shared" / "anchors"
 
 

@@ -10,7 +10,7 @@ from conftest import ROOT, SUMMARY, load_script, strict_json
 
 plot = load_script("plots/plot.py")
 
-HW = {"device": "cpu", "cpu": "Test CPU", "cpu_count": 2, "torch": "2.13.0"}
+HW = {"device": "cpu", "cpu": "Test CPU", "cpu_count": 2, "torch": "2.13.0", "commit": "abc1234"}
 
 
 def result(script, sps, seed=1, compile=False, cudagraphs=False, status="ok", **extra):
@@ -77,7 +77,24 @@ def test_table_names_every_run_sh_command_that_wrote_the_results(tmp_path):
         tmp_path, [result("ppo_atari_envpool.py", 90.0)], "./run.sh --quick\n./run.sh --quick --seeds 2\n"
     )
     table = plot.speed_markdown(plot.group_runs(plot.read_results(path)), [])
-    assert "by `./run.sh --quick`, then `./run.sh --quick --seeds 2`;" in table
+    assert "by `./run.sh --quick`, then `./run.sh --quick --seeds 2` at commit `abc1234`;" in table
+
+
+def test_a_table_names_the_commits_of_its_runs_and_one_run_on_uncommitted_changes_is_not_published(tmp_path, capsys):
+    eager, twin = result("ppo_atari_envpool.py", 90.0), result("ppo_atari_envpool_torchcompile.py", 95.0, compile=True)
+    table = lambda *lines: plot.speed_markdown(plot.group_runs(plot.read_results(write_results(tmp_path, lines))), [])
+    assert "by `./run.sh --quick` at commits `abc1234`, `def5678`;" in table(eager, dict(twin, commit="def5678"))
+    unnamed = {k: v for k, v in twin.items() if k != "commit"}  # a results line from before the field
+    assert "at commit `abc1234`, and runs at a commit not recorded" in table(eager, unnamed)
+    readme = tmp_path / "docs.md"
+    readme.write_text("x\n<!-- speed-table:start -->\nold\n<!-- speed-table:end -->\n")
+    results = write_results(tmp_path, [eager, dict(twin, commit="abc1234 + uncommitted changes")])
+    where = ["--results", str(results), "--readme", str(readme), "--plots-dir", str(tmp_path / "plots")]
+    with pytest.raises(SystemExit) as exit:
+        plot.main([*where, "--publish"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and "abc1234 + uncommitted changes" in err and len(err.splitlines()) == 1
+    assert "old" in readme.read_text() and not (tmp_path / "plots").exists()
 
 
 def test_machines_never_share_a_table(tmp_path):
