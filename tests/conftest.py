@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,14 +79,64 @@ def run_script(name, *args, tmp_path, timeout=900, env=None, prelude=None):
     Returns (completed process, list of results lines written by the run).
     """
     results = Path(tmp_path) / "results.jsonl"
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", WANDB_MODE="disabled", PYTHONUNBUFFERED="1", **(env or {}))
+    run_env = dict(os.environ, CUDA_VISIBLE_DEVICES="", WANDB_MODE="disabled", PYTHONUNBUFFERED="1", **(env or {}))
     cmd = [sys.executable, str(ROOT / "leanrl" / f"{name}.py"), "--no-cuda", "--results-file", str(results), *args]
     if prelude:  # python -c CODE script args..., CODE running the script as `python script args...` does
         main = "import os, runpy, sys; sys.argv[:1] = []; sys.path[0] = os.path.dirname(sys.argv[0])"
         cmd[1:1] = ["-c", f"{prelude}\n{main}; runpy.run_path(sys.argv[0], run_name='__main__')"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
+    if prelude or not PRELOADED.loaded_with(run_env):  # what loads with torch must load in a process of its own
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=run_env, cwd=tmp_path)
+    else:
+        proc = PRELOADED.run(cmd, run_env, cwd=tmp_path, timeout=timeout)
     lines = [strict_json(line) for line in results.read_text().splitlines()] if results.exists() else []
     return proc, lines
+
+
+class Preloaded:
+    """tests/preloaded.py, started on the first run that needs it: each run a child forked from a process that has
+    imported what the scripts import (the same run, seconds of imports sooner; that file says what differs: nothing
+    the scripts compute). It starts with that first run's environment; a run with another one (a test's own
+    variable) gets a process of its own."""
+
+    def __init__(self):
+        self.env, self.proc = None, None
+
+    @staticmethod
+    def loading(env):
+        return {key: value for key, value in env.items() if key != "PYTEST_CURRENT_TEST"}  # pytest's name of the test
+
+    def loaded_with(self, env):
+        """Whether a run with this environment can be forked: the one the process started with."""
+        return self.proc is None or self.proc.poll() is not None or self.loading(env) == self.env
+
+    def run(self, cmd, env, cwd, timeout):
+        """subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout), the script forked."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.env = self.loading(env)
+            server = [sys.executable, str(ROOT / "tests" / "preloaded.py")]
+            self.proc = subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self.env)
+        out, err = Path(cwd) / ".preloaded.stdout", Path(cwd) / ".preloaded.stderr"
+        request = dict(script=cmd[1], argv=cmd[2:], cwd=str(cwd), env=env, stdout=str(out), stderr=str(err))
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        pid = json.loads(self.proc.stdout.readline())["pid"]
+        ended = threading.Timer(timeout, os.kill, (pid, signal.SIGKILL))
+        ended.start()
+        try:
+            reply = self.proc.stdout.readline()
+        finally:
+            timed_out = not ended.is_alive()
+            ended.cancel()
+        returncode = json.loads(reply)["returncode"]
+        stdout, stderr = (path.read_text(errors="replace") for path in (out, err))
+        out.unlink()
+        err.unlink()
+        if timed_out:
+            raise subprocess.TimeoutExpired(cmd, timeout, stdout, stderr)
+        return subprocess.CompletedProcess(cmd, returncode, stdout, stderr)
+
+
+PRELOADED = Preloaded()
 
 
 def strict_json(text):

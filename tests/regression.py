@@ -21,12 +21,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import ROOT, curve_points, load_script, main_in_process, run_script  # noqa: E402
+from conftest import ROOT, run_script  # noqa: E402
 
 from leanrl.bookkeeping import cpu_name  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "data" / "regression.json"
-MODULES = {}  # the scripts loaded in this process, by name
 FIRST_GOLDEN = GOLDEN.with_name("regression-first-update.json")
 
 
@@ -135,17 +134,14 @@ FLOAT_PATHS = {
 
 def numbers(script, flags, tmp, **how):
     """What a seeded run computed: the results line's numbers and the return curve. `how`: run_script's env and
-    prelude (a float path), run in a process of its own; without one, the script's main() runs in this process (the
-    same numbers, without a process's start and imports); the distributed script always in its own."""
-    if how or script.endswith("_distributed"):
-        proc, lines = run_script(script, *flags, tmp_path=tmp, **how)
-        assert proc.returncode == 0 and len(lines) == 1, proc.stderr[-3000:]
-        line, curve = lines[0], curve_points(lines[0], tmp)
-    else:
-        module = MODULES[script] if script in MODULES else MODULES.setdefault(script, load_script(script))
-        line, curve = main_in_process(module, flags, tmp)
+    prelude (a float path)."""
+    proc, lines = run_script(script, *flags, tmp_path=tmp, **how)
+    assert proc.returncode == 0 and len(lines) == 1, proc.stderr[-3000:]
+    line = lines[0]
+    rows = (Path(tmp) / line["run_name"] / "returns.csv").read_text().splitlines()[1:]
+    curve = [[int(row.split(",")[0]), float(row.split(",")[2])] for row in rows]
     keep = ("status", "steps", "episodes", "mean_return", "losses")
-    return {**{key: line[key] for key in keep}, "curve": [list(point) for point in curve]}
+    return {**{key: line[key] for key in keep}, "curve": curve}
 
 
 def invariants(numbers):
