@@ -99,7 +99,7 @@ class Preloaded:
     variable) gets a process of its own."""
 
     def __init__(self):
-        self.env, self.proc = None, None
+        self.env, self.proc, self.forked = None, None, 0  # forked: the runs it served
 
     @staticmethod
     def loading(env):
@@ -117,6 +117,7 @@ class Preloaded:
             self.proc = subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self.env)
         out, err = Path(cwd) / ".preloaded.stdout", Path(cwd) / ".preloaded.stderr"
         request = dict(script=cmd[1], argv=cmd[2:], cwd=str(cwd), env=env, stdout=str(out), stderr=str(err))
+        self.forked += 1
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         pid = json.loads(self.proc.stdout.readline())["pid"]

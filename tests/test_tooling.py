@@ -1,12 +1,15 @@
-"""plots/plot.py turns results lines into the right table; .ci/run runs the README's test command; lint."""
+"""plots/plot.py turns results lines into the right table; .ci/run runs the README's test command; lint; a run forked
+from tests/preloaded.py is the run a fresh process makes."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
-from conftest import ROOT, SUMMARY, load_script, strict_json
+from conftest import PRELOADED, ROOT, SUMMARY, load_script, run_script, strict_json
 
 plot = load_script("plots/plot.py")
 
@@ -421,3 +424,32 @@ def test_no_script_keeps_a_copy_of_the_bookkeeping():
             continue
         found = [line for line in path.read_text().splitlines() if bookkeeping.match(line)]
         assert not found, f"{path.name} defines {found}"
+
+
+def test_a_run_forked_from_the_preloaded_process_is_the_run_a_fresh_process_makes(tmp_path):
+    """The same exit code, stderr and numbers (a seeded run) as a process of its own (a variable of the test's own
+    gives it one); a traceback for an uncaught error; a run past its timeout killed, the next one served."""
+    fresh = {"LEANRL_TEST_FRESH_PROCESS": "1"}
+    tiny = ("--learning-starts", "200", "--total-timesteps", "600", "--train-frequency", "10", "--seed", "4")
+    keep = ("status", "steps", "episodes", "mean_return", "losses")
+    for i, env in enumerate([None, fresh]):
+        served = PRELOADED.forked
+        bad, _ = run_script("dqn_torchcompile", "--total-timesteps", "-5", tmp_path=tmp_path, env=env)
+        assert bad.returncode == 2 and bad.stderr.strip().endswith("--total-timesteps must be positive, got -5")
+        (tmp_path / str(i)).mkdir()
+        run, lines = run_script("dqn", *tiny, tmp_path=tmp_path / str(i), env=env)
+        assert run.returncode == 0 and run.stdout.startswith("dqn.py: ok: 600 steps"), run.stderr[-2000:]
+        assert PRELOADED.forked - served == (2 if env is None else 0)
+        if env is None:
+            forked = {key: lines[0][key] for key in keep}
+        else:
+            assert {key: lines[0][key] for key in keep} == forked and forked["losses"]
+    error, _ = run_script("dqn", "--eval-checkpoint", str(tmp_path / "no.pt"), tmp_path=tmp_path)
+    assert error.returncode == 2 and "Traceback" not in error.stderr  # bookkeeping's one line
+    (tmp_path / "crash.py").write_text("print('before')\n1 / 0\n")
+    crash = PRELOADED.run([sys.executable, str(tmp_path / "crash.py")], dict(os.environ), tmp_path, timeout=60)
+    assert crash.returncode == 1 and crash.stdout == "before\n" and "ZeroDivisionError" in crash.stderr.splitlines()[-1]
+    with pytest.raises(subprocess.TimeoutExpired):
+        PRELOADED.run([sys.executable, str(ROOT / "leanrl" / "dqn.py"), "--no-cuda"], dict(os.environ), tmp_path, 3)
+    again, _ = run_script("dqn_torchcompile", "--total-timesteps", "-5", tmp_path=tmp_path)
+    assert again.returncode == 2
