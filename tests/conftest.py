@@ -84,10 +84,9 @@ def run_script(name, *args, tmp_path, timeout=900, env=None, prelude=None):
     if prelude:  # python -c CODE script args..., CODE running the script as `python script args...` does
         main = "import os, runpy, sys; sys.argv[:1] = []; sys.path[0] = os.path.dirname(sys.argv[0])"
         cmd[1:1] = ["-c", f"{prelude}\n{main}; runpy.run_path(sys.argv[0], run_name='__main__')"]
-    if prelude or not PRELOADED.loaded_with(run_env):  # what loads with torch must load in a process of its own
+    proc = None if prelude else PRELOADED.run(cmd, run_env, cwd=tmp_path, timeout=timeout)
+    if proc is None:  # what loads with torch loads in a process of its own, and so does a run beside another one
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=run_env, cwd=tmp_path)
-    else:
-        proc = PRELOADED.run(cmd, run_env, cwd=tmp_path, timeout=timeout)
     lines = [strict_json(line) for line in results.read_text().splitlines()] if results.exists() else []
     return proc, lines
 
@@ -100,6 +99,7 @@ class Preloaded:
 
     def __init__(self):
         self.env, self.proc, self.forked = None, None, 0  # forked: the runs it served
+        self.busy = threading.Lock()  # one run at a time: a test's second thread gets a process of its own
 
     @staticmethod
     def loading(env):
@@ -110,7 +110,16 @@ class Preloaded:
         return self.proc is None or self.proc.poll() is not None or self.loading(env) == self.env
 
     def run(self, cmd, env, cwd, timeout):
-        """subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout), the script forked."""
+        """subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout), the script forked;
+        None where it cannot be: another environment, or another run (of another thread) in progress."""
+        if not self.busy.acquire(blocking=False):
+            return None
+        try:
+            return self.forked_run(cmd, env, cwd, timeout) if self.loaded_with(env) else None
+        finally:
+            self.busy.release()
+
+    def forked_run(self, cmd, env, cwd, timeout):
         if self.proc is None or self.proc.poll() is not None:
             self.env = self.loading(env)
             server = [sys.executable, str(ROOT / "tests" / "preloaded.py")]

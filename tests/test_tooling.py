@@ -2,11 +2,11 @@
 from tests/preloaded.py is the run a fresh process makes."""
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import PRELOADED, ROOT, SUMMARY, load_script, run_script, strict_json
@@ -447,9 +447,14 @@ def test_a_run_forked_from_the_preloaded_process_is_the_run_a_fresh_process_make
     error, _ = run_script("dqn", "--eval-checkpoint", str(tmp_path / "no.pt"), tmp_path=tmp_path)
     assert error.returncode == 2 and "Traceback" not in error.stderr  # bookkeeping's one line
     (tmp_path / "crash.py").write_text("print('before')\n1 / 0\n")
-    crash = PRELOADED.run([sys.executable, str(tmp_path / "crash.py")], dict(os.environ), tmp_path, timeout=60)
+    crash = PRELOADED.run([sys.executable, str(tmp_path / "crash.py")], PRELOADED.env, tmp_path, timeout=60)
     assert crash.returncode == 1 and crash.stdout == "before\n" and "ZeroDivisionError" in crash.stderr.splitlines()[-1]
     with pytest.raises(subprocess.TimeoutExpired):
-        PRELOADED.run([sys.executable, str(ROOT / "leanrl" / "dqn.py"), "--no-cuda"], dict(os.environ), tmp_path, 3)
-    again, _ = run_script("dqn_torchcompile", "--total-timesteps", "-5", tmp_path=tmp_path)
-    assert again.returncode == 2
+        PRELOADED.run([sys.executable, str(ROOT / "leanrl" / "dqn.py"), "--no-cuda"], PRELOADED.env, tmp_path, 3)
+    served = PRELOADED.forked  # two threads at once: one run forked, the other in a process of its own
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    bad = lambda i: run_script("dqn_torchcompile", "--total-timesteps", f"-{i}", tmp_path=tmp_path / "ab"[i - 1])[0]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        both = list(pool.map(bad, [1, 2]))
+    assert [proc.stderr.strip()[-2:] for proc in both] == ["-1", "-2"] and {proc.returncode for proc in both} == {2}
+    assert 1 <= PRELOADED.forked - served <= 2
