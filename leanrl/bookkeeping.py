@@ -279,23 +279,23 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
-def source_commit(where):
-    """The commit a script ran at: $LEANRL_COMMIT where the caller names it (a copy of the checkout without .git, or
-    with a stale one), else git's short hash of the checkout holding `where` (+ " + uncommitted changes" where its
-    tracked files differ from it), else None."""
+def source_commit(root):
+    """The commit the checkout at `root` (the folder holding leanrl/) is at: $LEANRL_COMMIT where the caller names it
+    (a copy without .git, or with a stale one), else git's short hash (+ " + uncommitted changes" where tracked files
+    differ from it), else None: not a git checkout of its own (an installed copy, even inside another project's)."""
     if os.environ.get("LEANRL_COMMIT"):
         return os.environ["LEANRL_COMMIT"]
-    where = Path(where).resolve()
-    git = lambda *cmd: subprocess.run(["git", *cmd], cwd=where if where.is_dir() else where.parent, capture_output=True,
-                                      text=True)  # fmt: skip
+    root = Path(root).resolve()
+    git = lambda *cmd: subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True)
     try:
-        head = git("rev-parse", "--short", "HEAD")
+        head = git("rev-parse", "--show-toplevel", "--short", "HEAD")
     except OSError:  # no git on this machine
         return None
-    if head.returncode != 0:  # not a git checkout
+    lines = head.stdout.split()
+    if head.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != root:
         return None
     dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
-    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
+    return lines[1] + (" + uncommitted changes" if dirty else "")
 
 
 class Run:
@@ -370,7 +370,7 @@ class Run:
             cpu=cpu_name(),
             cpu_count=os.cpu_count(),
             torch=torch.__version__,
-            commit=source_commit(script),
+            commit=source_commit(Path(script).resolve().parents[1]),
             run_name=self.name,
             mode=mode,
             total_timesteps=args.total_timesteps if mode == "train" else 0,

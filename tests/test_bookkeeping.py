@@ -353,21 +353,22 @@ def test_track_logs_episodes_and_report_points_to_wandb(tmp_path, fake_wandb):
 
 
 def test_the_commit_a_run_names_is_the_callers_else_gits(monkeypatch, tmp_path):
-    """The results line's commit: git's short hash of the checkout holding the script (+ " + uncommitted changes"
-    when its tracked files differ), $LEANRL_COMMIT first where the caller names it, None outside a checkout."""
+    """The results line's commit: git's short hash of the checkout the script is in (+ " + uncommitted changes" when
+    its tracked files differ), $LEANRL_COMMIT first where the caller names it, None outside a checkout of its own."""
     monkeypatch.delenv("LEANRL_COMMIT", raising=False)
     root = Path(bk.__file__).parents[1]
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True)
-    assert bk.source_commit(bk.__file__) == head.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+    assert bk.source_commit(root) == head.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(root), str(clone)], check=True)
+    assert bk.source_commit(clone) == head.strip()  # a clean checkout
     script = clone / "leanrl" / "dqn.py"
-    assert bk.source_commit(script) == head.strip()  # a clean checkout
     script.write_text(script.read_text() + "\n")
-    assert bk.source_commit(script) == head.strip() + " + uncommitted changes"
+    assert bk.source_commit(clone) == head.strip() + " + uncommitted changes"
+    assert bk.source_commit(clone / "leanrl") is None  # a copy inside another project's checkout is not that project
     monkeypatch.setenv("LEANRL_COMMIT", "feed123")  # named: it wins over a .git that may be stale (a GPU machine's)
-    assert bk.source_commit(script) == "feed123"
+    assert bk.source_commit(clone) == "feed123"
     monkeypatch.delenv("LEANRL_COMMIT")
     (tmp_path / "bare").mkdir()
     assert bk.source_commit(tmp_path / "bare") is None  # no checkout
