@@ -370,7 +370,7 @@ class Run:
             cpu=cpu_name(),
             cpu_count=os.cpu_count(),
             torch=torch.__version__,
-            commit=source_commit(Path(script).resolve().parents[1]),
+            commit=source_commit(Path(script).resolve().parent.parent),  # the folder holding leanrl/
             run_name=self.name,
             mode=mode,
             total_timesteps=args.total_timesteps if mode == "train" else 0,
