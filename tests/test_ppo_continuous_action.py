@@ -765,7 +765,9 @@ def learn(name, flags, steps, seed, tmp_path):
 QUICK = ["--num-steps", "512", "--num-minibatches", "8"]
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+# CI learns with the twin; the eager script's run is `-m slow` (tests/regression.py pins its numbers for a seed,
+# and the twin-equals-eager tests tie the twin's updates to it)
+@pytest.mark.parametrize("name", [pytest.param(EAGER, marks=pytest.mark.slow), TWIN])
 def test_learns_inverted_pendulum_in_20k_steps(name, tmp_path):
     """Measured on this budget: mean of the last 100 episodes 183-189 (eager, seeds 1-5) and 180-183 (twin,
     seeds 1-3); mean of the last 10 episodes 370-1000. The bars are 12x and 25x a random policy's 8."""
