@@ -289,8 +289,16 @@ def rank_pids(launcher_pid):
 TIMEOUT = 6
 
 
-@pytest.mark.parametrize("victim", [1, 0], ids=["rank1", "rank0"])
-@pytest.mark.parametrize("how", ["killed", "hung"])
+# CI: each way of failing once and each rank once as the survivor (rank 0 killed, rank 1 hung); the other two -m slow
+DEAD_OR_HUNG = [("killed", 1), ("killed", 0), ("hung", 1), ("hung", 0)]
+SLOW = {("killed", 1), ("hung", 0)}
+
+
+@pytest.mark.parametrize(
+    "how,victim",
+    [pytest.param(*case, marks=[pytest.mark.slow] if case in SLOW else []) for case in DEAD_OR_HUNG],
+    ids=[f"{how}-rank{victim}" for how, victim in DEAD_OR_HUNG],
+)
 def test_a_dead_or_hung_rank_ends_the_run_with_an_error_line(how, victim, tmp_path):
     """A rank is killed (SIGKILL) or hangs (SIGSTOP) mid-run: the other stops within --dist-timeout and writes status
     error, also when the victim is rank 0, which writes the run's line when all goes well. Killed, its socket closes
