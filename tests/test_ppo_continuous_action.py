@@ -770,7 +770,8 @@ QUICK = ["--num-steps", "512", "--num-minibatches", "8"]
 @pytest.mark.parametrize("name", [pytest.param(EAGER, marks=pytest.mark.slow), TWIN])
 def test_learns_inverted_pendulum_in_20k_steps(name, tmp_path):
     """Measured on this budget: mean of the last 100 episodes 183-189 (eager, seeds 1-5) and 180-183 (twin,
-    seeds 1-3); mean of the last 10 episodes 370-1000. The bars are 12x and 25x a random policy's 8."""
+    seeds 1-3); mean of the last 10 episodes 370-1000. The bars are 12x and 25x a random policy's 8. In a cold run
+    of the whole suite on a 2-core AMD EPYC (two files at a time): eager 37 s, twin 28 s."""
     line, last10 = learn(name, QUICK, 20480, 1, tmp_path)
     assert line["mean_return"] >= 100, line["mean_return"]
     assert last10 >= 200, last10
