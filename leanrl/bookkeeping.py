@@ -291,7 +291,7 @@ def source_commit(root):
         head = git("rev-parse", "--show-toplevel", "--short", "HEAD")
     except OSError:  # no git on this machine
         return None
-    lines = head.stdout.split()
+    lines = head.stdout.splitlines()  # the top-level path may hold spaces
     if head.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != root:
         return None
     dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()

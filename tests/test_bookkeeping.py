@@ -360,7 +360,7 @@ def test_the_commit_a_run_names_is_the_callers_else_gits(monkeypatch, tmp_path):
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True)
     assert bk.source_commit(root) == head.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
-    clone = tmp_path / "clone"
+    clone = tmp_path / "a clone"  # a space in the path
     subprocess.run(["git", "clone", "-q", str(root), str(clone)], check=True)
     assert bk.source_commit(clone) == head.strip()  # a clean checkout
     script = clone / "leanrl" / "dqn.py"
