@@ -310,11 +310,20 @@ class _ReadsAtDispatch(TorchDispatchMode):
     def ignore_compile_internals(cls):
         return True
 
+    # a nested compile region's invoke_subgraph comes here whole (aot_eager), as on the tape: its graph runs here
+    supports_higher_order_operators = True
+
     def __init__(self, counts, depth, root):
         super().__init__()
         self.counts, self.depth, self.root = counts, depth, root
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.higher_order.invoke_subgraph:
+            subgraph, _identifier, *operands = args
+            with self:
+                return subgraph(*operands)
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return NotImplemented
         reads = self.depth[0] == 0 and (func in HOST_SYNC_OPS or _masks(func, args))
         if reads and (where := _calling_line(self.root)):
             self.counts[f"{func.__name__.split('.')[0]} at {where}"] += 1

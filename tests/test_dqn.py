@@ -674,20 +674,26 @@ COMPILE_READS = {
 }
 
 
-@pytest.mark.parametrize("flags", [[], ["--cudagraphs"], ["--compile", "--cudagraphs"]], ids=" ".join)
-def test_twin_host_reads_are_the_pinned_ones(flags, tmp_path):
+def pinned_host_reads(flags):
+    """The host reads of a twin run at the tiny regression flags and these flags (tests/test_gpu_path.py counts its
+    --cudagraphs and --compile --cudagraphs runs)."""
+    want = {**HOST_READS, **(COMPILE_READS if "--compile" in flags else {})}
+    if "--cudagraphs" not in flags:  # on a CPU the host policy: one read per greedy step (Python's coins, any machine)
+        want = {key: n for key, n in want.items() if STEP not in key} | {CPU_STEP: 728}
+    return want
+
+
+def test_twin_host_reads_are_the_pinned_ones(tmp_path):
     """Issue 16 item 3: the twin's main() at the tiny regression flags, in this process (tests/gpu_standin.py: Adam
-    capturable as on CUDA; --cudagraphs on the CPU stand-in, with the device policy CUDA runs)."""
+    capturable as on CUDA); the runs with --cudagraphs (the device policy CUDA runs) and --compile --cudagraphs are
+    counted in tests/test_gpu_path.py."""
     from gpu_standin import host_reads, run_main
     from regression import DQN
 
     with host_reads() as reads:
-        line, _ = run_main(twin, [*DQN, *flags], tmp_path, cudagraphs="--cudagraphs" in flags)
+        line, _ = run_main(twin, list(DQN), tmp_path)
     assert line["status"] == "ok" and line["steps"] == 1000
-    want = {**HOST_READS, **(COMPILE_READS if "--compile" in flags else {})}
-    if "--cudagraphs" not in flags:  # on a CPU the host policy: one read per greedy step (Python's coins, any machine)
-        want = {key: n for key, n in want.items() if STEP not in key} | {CPU_STEP: 728}
-    assert dict(reads) == want
+    assert dict(reads) == pinned_host_reads([])
 
 
 def in_process(name, flags, tmp_path):
