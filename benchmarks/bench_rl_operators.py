@@ -440,11 +440,12 @@ def configure_compile():
     torch._dynamo.config.fail_on_recompile_limit_hit = True
 
 
-def compile_form(op, name, dynamic=False):
+def compile_form(op, name, dynamic=False, backend="inductor"):
     """The compiled form of candidate `name` of operator `op`."""
     if op.name == "lstm":  # compile the recurrent cell; the loop over time stays in Python
-        return functools.partial(ops.lstm_vectorized, cell=torch.compile(ops.lstm_cell, dynamic=dynamic))
-    return torch.compile(op.candidates[name], dynamic=dynamic)
+        cell = torch.compile(ops.lstm_cell, dynamic=dynamic, backend=backend)
+        return functools.partial(ops.lstm_vectorized, cell=cell)
+    return torch.compile(op.candidates[name], dynamic=dynamic, backend=backend)
 
 
 # ---------------------------------------------------------------------------------------------------

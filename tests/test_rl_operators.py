@@ -3,7 +3,8 @@
 The references here are written from the definitions, scalar by scalar (plain Python loops over time),
 in float64; gradients come from float64 autograd of the reference loss. Forms: the Python loop, every
 vectorized candidate, and the compiled form (torch.compile with dynamic shapes, one compile per
-operator, shared by both sizes). CUDA graphs need a GPU and are exercised by the benchmark itself.
+operator, shared by both sizes: aot_eager in CI, inductor with -m slow). CUDA graphs need a GPU and are exercised
+by the benchmark itself.
 """
 
 import csv
@@ -306,24 +307,35 @@ def reference(op_name, args, cotangent):
 _COMPILED = {}
 
 
-def compiled_form(op_name):
-    """The CPU compiled form, compiled once per operator with dynamic shapes (both sizes share it)."""
-    if op_name not in _COMPILED:
+def compiled_form(op_name, backend):
+    """The CPU compiled form, compiled once per operator and backend with dynamic shapes (both sizes share it)."""
+    if (op_name, backend) not in _COMPILED:
         bench.configure_compile()
         op = OPS[op_name]
-        _COMPILED[op_name] = bench.compile_form(op, op.compile_candidates[0], dynamic=True)
-    return _COMPILED[op_name]
+        _COMPILED[op_name, backend] = bench.compile_form(op, op.compile_candidates[0], dynamic=True, backend=backend)
+    return _COMPILED[op_name, backend]
+
+
+# The compiled form through aot_eager in CI: Dynamo's graphs of the candidate, with dynamic shapes, and AOTAutograd's
+# backward, run with eager's kernels. Through inductor (the form the benchmark times) with -m slow: building its
+# kernels for every operator took about 175 s in a cold CI run on 2 cores. The benchmark itself checks every form,
+# the compiled one included, against the float64 reference before it times it (a failing form is not timed).
+COMPILED_FORMS = {"compiled": "aot_eager", "compiled-inductor": "inductor"}
 
 
 def forms_of(op_name):
     op = OPS[op_name]
     forms = [("loop", lambda: op.loop)]
     forms += [(name, lambda fn=fn: fn) for name, fn in op.candidates.items()]
-    forms.append(("compiled", lambda: compiled_form(op_name)))
+    forms += [(form, lambda b=backend: compiled_form(op_name, b)) for form, backend in COMPILED_FORMS.items()]
     return forms
 
 
 CASES = [(op, size, form) for op in SIZES for size in SIZES[op] for form, _ in forms_of(op)]
+CASE_PARAMS = [
+    pytest.param(*case, marks=[pytest.mark.slow] if case[2] == "compiled-inductor" else [], id="-".join(case))
+    for case in CASES
+]
 
 
 def check_against_reference(op_name, size, fn):
@@ -339,7 +351,7 @@ def check_against_reference(op_name, size, fn):
         torch.testing.assert_close(got, want.to(got.dtype), rtol=2e-5, atol=2e-5, msg=lambda m, i=i: f"grad {i}: {m}")
 
 
-@pytest.mark.parametrize("op_name,size,form", CASES, ids=[f"{o}-{s}-{f}" for o, s, f in CASES])
+@pytest.mark.parametrize("op_name,size,form", CASE_PARAMS)
 def test_form_matches_float64_reference(op_name, size, form):
     fn = dict(forms_of(op_name))[form]()
     check_against_reference(op_name, size, fn)
