@@ -352,7 +352,10 @@ def one_transition_store(twin, seed):
     }
 
 
-def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
+# aot_eager in CI: Dynamo's graphs and AOTAutograd's functionalized update, run with eager's kernels. Inductor's
+# kernels, which the twin's --compile runs in this file build and run, are compared with -m slow (35 s in a cold CI run)
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_update_of_the_twin_equals_the_eager_update(mods, backend):
     """The twin's train_step (sample, target, loss, fused Adam, masked target copy) compiled, against the eager
     update() and CleanRL's target copy on the same batch; no recompile when the batch or the copy flag changes."""
     eager, twin = mods[EAGER], mods[TWIN]
@@ -364,7 +367,7 @@ def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
     twin_optimizer = torch.optim.Adam(twin_q.parameters(), lr=1e-4, fused=True)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(twin.train_step)
+    compiled = torch.compile(twin.train_step, backend=backend)
     for call, copy_target in enumerate([False, True, False]):
         store, batch = one_transition_store(twin, seed=call)
         assert batch["obs"].shape == (8, 4, 84, 84) and batch["actions"].shape == (8,)

@@ -185,7 +185,10 @@ def minibatch(n, n_actions, seed):
 HYPER = dict(clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, norm_adv=True, clip_vloss=True, max_grad_norm=0.5)
 
 
-def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
+# aot_eager in CI: Dynamo's graphs and AOTAutograd's functionalized update, run with eager's kernels. Inductor's
+# kernels, which the twin's --compile runs in this file build and run, are compared with -m slow (38 s in a cold CI run)
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_update_of_the_twin_equals_the_eager_update(mods, backend):
     # the twin gathers the minibatch inside its compiled update from the whole flat batch; the eager update gets the
     # gathered minibatch. Same steps, same weights after them.
     torch.manual_seed(0)
@@ -196,7 +199,8 @@ def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
     twin_optimizer = torch.optim.Adam(twin_agent.parameters(), lr=torch.tensor(2.5e-4), eps=1e-5, fused=True)
     eager_update = partial(mods[EAGER].update, agent, eager_optimizer, **HYPER)
     batch = minibatch(24, 4, seed=0)
-    twin_update = partial(torch.compile(mods[TWIN].update), twin_agent, twin_optimizer, *batch, **HYPER)
+    compiled = torch.compile(mods[TWIN].update, backend=backend)
+    twin_update = partial(compiled, twin_agent, twin_optimizer, *batch, **HYPER)
     for iteration in range(3):
         # a minibatch is a view into one permutation, as in the scripts: another storage offset must not recompile
         mb_inds = torch.randperm(24, generator=torch.Generator().manual_seed(iteration)).split(8)[iteration]

@@ -191,7 +191,10 @@ def test_twin_update_equals_eager_update():
     assert other[0] != got[0]
 
 
-def test_compiled_update_equals_eager_update():
+# aot_eager in CI: Dynamo's graphs and AOTAutograd's functionalized update, run with eager's kernels. Inductor's
+# kernels, which the twin's --compile runs in this file build and run, are compared with -m slow (32 s in a cold CI run)
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_update_equals_eager_update(backend):
     """torch.compile(update) on CPU: same losses and the same new parameters as the eager update, step by step."""
     torch.manual_seed(0)
     agent = twin.Agent(SPACES)
@@ -203,7 +206,7 @@ def test_compiled_update_equals_eager_update():
     # one eager step each first, so Adam's state exists and the compiled function is compiled once, not twice
     for a, o in ((agent, opt), (agent_c, opt_c)):
         twin.update(a, o, *batch, mb_inds[0], **HYPER)
-    compiled = torch.compile(twin.update)
+    compiled = torch.compile(twin.update, backend=backend)
     for i in range(1, 6):
         if i == 3:  # the annealing writes the tensor lr in place: no recompile, and the step uses the new value
             opt.param_groups[0]["lr"].fill_(1e-4)

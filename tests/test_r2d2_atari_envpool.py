@@ -499,7 +499,10 @@ def test_math_and_sampler_compile_whole_and_equal_eager(mods):
         assert torch.equal(write[key], value), key
 
 
-def test_policy_step_compiles_whole_and_explores_as_told(mods):
+# aot_eager in CI (Dynamo's whole graph, eager's kernels and random numbers); inductor's kernels with -m slow (27 s in a
+# cold CI run)
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_policy_step_compiles_whole_and_explores_as_told(mods, backend):
     twin = mods[TWIN]
     torch.manual_seed(0)
     net = twin.QNetwork((2,), 3, 16)
@@ -508,7 +511,7 @@ def test_policy_step_compiles_whole_and_explores_as_told(mods):
     with torch.no_grad():
         q, (want_h, want_c) = net(obs[None], prev_a[None], prev_r[None], first[None], (h, c))
     greedy = q[0].argmax(dim=1)
-    policy = torch.compile(partial(twin.act, net), fullgraph=True)
+    policy = torch.compile(partial(twin.act, net), fullgraph=True, backend=backend)
     epsilons = torch.zeros(64)
     actions, got_h, got_c = policy(obs, prev_a, prev_r, first, h, c, epsilons)
     assert torch.equal(actions, greedy)
@@ -543,11 +546,14 @@ def one_sequence_store(module, seed, num_envs=4, capacity=400, period=2, hidden=
     return store
 
 
-def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
+# aot_eager in CI: Dynamo's graphs and AOTAutograd's functionalized update, run with eager's kernels. Inductor's
+# kernels, which the twin's --compile smoke run below builds and runs, are compared with -m slow (87 s in a cold CI run)
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_update_of_the_twin_equals_the_eager_update(mods, backend):
     """The twin's sample_and_update (tree walk, sequence gather, burn-in, targets, loss, fused Adam, priority
     write-back, masked target copy) compiled, against the eager sample/update/update_priorities and target copy; no
-    recompile when the data or the copy flag changes. At the shapes and settings of the --compile smoke run below,
-    which then loads these kernels from inductor's cache."""
+    recompile when the data or the copy flag changes. At the shapes and settings of the --compile smoke run below
+    (with inductor, the smoke run then loads these kernels from its cache)."""
     eager, twin = mods[EAGER], mods[TWIN]
     args = args_from_flags(eager, TINY_CARTPOLE)
     torch.manual_seed(0)
@@ -557,7 +563,7 @@ def test_compiled_update_of_the_twin_equals_the_eager_update(mods):
     twin_optimizer = torch.optim.Adam(twin_q.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(twin.sample_and_update)
+    compiled = torch.compile(twin.sample_and_update, backend=backend)
     for call, copy_target in enumerate([False, True, False]):
         store, twin_store = one_sequence_store(eager, seed=call), one_sequence_store(twin, seed=call)
         index = torch.full((8,), 3)
