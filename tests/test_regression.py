@@ -112,15 +112,17 @@ def test_same_numbers_as_recorded_on_this_cpu_model(case, runs):
 # both families too, checked with -m slow
 FLOAT_PATH_CASES = [
     ("ppo_atari_envpool", "oneDNN off"),
-    pytest.param("ppo_atari_envpool", "ATEN_CPU_CAPABILITY=default", marks=pytest.mark.slow),
+    ("ppo_atari_envpool", "ATEN_CPU_CAPABILITY=default"),
     ("sac_continuous_action", "MKL_CBWR=COMPATIBLE"),
-    pytest.param("sac_continuous_action", "ATEN_CPU_CAPABILITY=default", marks=pytest.mark.slow),
+    ("sac_continuous_action", "ATEN_CPU_CAPABILITY=default"),
 ]
-FLOAT_PATH_IDS = ["ppo_atari_envpool, oneDNN off", "ppo_atari_envpool, ATEN_CPU_CAPABILITY=default"]
-FLOAT_PATH_IDS += ["sac_continuous_action, MKL_CBWR=COMPATIBLE", "sac_continuous_action, ATEN_CPU_CAPABILITY=default"]
+FLOAT_PATH_PARAMS = [
+    pytest.param(case, path, marks=[pytest.mark.slow] if path.startswith("ATEN") else [], id=f"{case}, {path}")
+    for case, path in FLOAT_PATH_CASES
+]
 
 
-@pytest.mark.parametrize("case,path", FLOAT_PATH_CASES, ids=FLOAT_PATH_IDS)
+@pytest.mark.parametrize("case,path", FLOAT_PATH_PARAMS)
 def test_other_float_kernels_pass_across_machines(case, path, runs):
     """The ATEN_CPU_CAPABILITY=default cases (-m slow) took 22 s (PPO Atari) and 17 s (SAC) in a cold run on a
     2-core EPYC."""
