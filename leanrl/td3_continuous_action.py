@@ -179,7 +179,7 @@ def buffer_add(buffer, count, transition):
     n = transition["obs"].shape[0]
     rows = torch.arange(count, count + n, device=buffer["obs"].device) % capacity
     for key, value in transition.items():
-        buffer[key][rows] = value
+        buffer[key].index_copy_(0, rows, value)  # faster than buffer[key][rows] = value, the same write
     return count + n
 
 
@@ -187,7 +187,7 @@ def buffer_sample(buffer, count, batch_size):
     """A batch of transitions drawn uniformly, with replacement, from the filled rows."""
     size = min(count, buffer["obs"].shape[0])
     idx = torch.randint(0, size, (batch_size,), device=buffer["obs"].device)
-    return {key: value[idx] for key, value in buffer.items()}
+    return {key: value.index_select(0, idx) for key, value in buffer.items()}  # value[idx], in a faster kernel
 
 
 def critic_update(actor_target, qf1, qf2, qf1_target, qf2_target, q_optimizer, batch, gamma, policy_noise, noise_clip):
