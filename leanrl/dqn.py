@@ -256,7 +256,7 @@ def main(args):
         envs = make_envs(args.env_id, args.num_envs, run.videos)
         obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
         q_network = QNetwork(obs_dim, n_actions).to(device)
-        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, foreach=True)
         target_network = QNetwork(obs_dim, n_actions).to(device)
         target_network.load_state_dict(q_network.state_dict())
 

@@ -285,7 +285,7 @@ def main(args):
         envs = make_env(args.env_id, args.num_envs, args.seed)
         n_actions = envs.action_space.n
         q_network = QNetwork(n_actions).to(device)
-        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, foreach=True)
         target_network = QNetwork(n_actions).to(device)
         target_network.load_state_dict(q_network.state_dict())
 

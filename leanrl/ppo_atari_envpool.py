@@ -276,7 +276,7 @@ def main(args):
         # env setup
         envs = make_env(args.env_id, args.num_envs, args.seed)
         agent = Agent(envs.action_space.n).to(device)
-        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
 
         # ALGO Logic: Storage setup
         obs_shape = envs.observation_space.shape

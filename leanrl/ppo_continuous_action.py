@@ -318,7 +318,7 @@ def main(args):
         # env setup
         envs = make_envs(args.env_id, args.gamma, args.num_envs, run.videos)
         agent = Agent(envs).to(device)
-        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
 
         # ALGO Logic: Storage setup
         obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)

@@ -565,7 +565,7 @@ def main(args):
         n_actions = envs.action_space.n
         obs = observe(envs.reset()[0], args.mask_velocity)
         q_network = QNetwork(obs.shape[1:], n_actions, args.hidden_size).to(device)
-        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, foreach=True)
         target_network = QNetwork(obs.shape[1:], n_actions, args.hidden_size).to(device)
         target_network.load_state_dict(q_network.state_dict())
         epsilons = actor_epsilons(args.num_envs, args.epsilon_base, args.epsilon_alpha).numpy()

@@ -347,14 +347,14 @@ def main(args):
         qf2_target = SoftQNetwork(obs_dim, act_dim).to(device)
         qf1_target.load_state_dict(qf1.state_dict())
         qf2_target.load_state_dict(qf2.state_dict())
-        q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.q_lr)
-        actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.policy_lr)
+        q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.q_lr, foreach=True)
+        actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.policy_lr, foreach=True)
 
         # Automatic entropy tuning: alpha = exp(log_alpha) learnt from 1, or fixed (--alpha 0: log_alpha -inf, exp 0)
         target_entropy = -float(act_dim)
         log_alpha = torch.tensor([1.0 if args.autotune else args.alpha], device=device).log()
         log_alpha.requires_grad_(args.autotune)
-        a_optimizer = optim.Adam([log_alpha], lr=args.q_lr)
+        a_optimizer = optim.Adam([log_alpha], lr=args.q_lr, foreach=True)
 
         buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
         count = 0

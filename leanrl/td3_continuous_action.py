@@ -334,8 +334,8 @@ def main(args):
         target_actor.load_state_dict(actor.state_dict())
         qf1_target.load_state_dict(qf1.state_dict())
         qf2_target.load_state_dict(qf2.state_dict())
-        q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate)
-        actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.learning_rate)
+        q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate, foreach=True)
+        actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.learning_rate, foreach=True)
 
         buffer = make_buffer(args.buffer_size, obs_dim, act_dim, device)
         count = 0
