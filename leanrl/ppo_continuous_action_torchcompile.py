@@ -11,8 +11,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.optim as optim
+import torch._dynamo.config  # trace_autograd_ops (a trick, see main)
+import torch.nn as nn  # (trick: no torch.optim below: Adam as tensor ops, see make_adam)
 import tyro
 from tensordict.nn import CudaGraphModule  # (trick: CUDA graphs, --cudagraphs)
 from torch.distributions.normal import Normal
@@ -266,6 +266,30 @@ def advantages_and_returns(agent, obs, rewards, dones, values, advantages, retur
         returns.copy_(advantages + values)
 
 
+def make_adam(params, lr, eps):
+    """Adam's state for a list of parameters, with torch.optim.Adam's betas (0.9, 0.999)."""
+    # trick: Adam as tensor ops on the device (its step count a device tensor), so that a step is part of the compiled
+    # graph: torch.optim's step breaks the graph on purpose. Inductor fuses it with the rest of the update
+    return dict(
+        params=params, lr=lr, eps=eps, step=torch.zeros((), device=params[0].device),
+        exp_avg=[torch.zeros_like(p) for p in params], exp_avg_sq=[torch.zeros_like(p) for p in params],
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def adam_step(adam, grads, beta1=0.9, beta2=0.999):
+    """One step of torch.optim.Adam (no weight decay, no amsgrad) on adam["params"], in place."""
+    adam["step"] += 1
+    torch._foreach_lerp_(adam["exp_avg"], grads, 1 - beta1)
+    torch._foreach_mul_(adam["exp_avg_sq"], beta2)
+    torch._foreach_addcmul_(adam["exp_avg_sq"], grads, grads, 1 - beta2)
+    bias_correction1, bias_correction2 = 1 - beta1 ** adam["step"], 1 - beta2 ** adam["step"]
+    denom = torch._foreach_add(
+        torch._foreach_div(torch._foreach_sqrt(adam["exp_avg_sq"]), bias_correction2.sqrt()), adam["eps"]
+    )
+    torch._foreach_addcdiv_(adam["params"], torch._foreach_mul(adam["exp_avg"], -adam["lr"] / bias_correction1), denom)
+
+
 # trick: the update returns these statistics as one stacked tensor: a CUDA graph clones each output at each replay
 LOGGED = ("loss", "policy", "value", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
 
@@ -285,12 +309,13 @@ def update(
         newlogprob, logprobs, entropy, newvalue, values, advantages, returns,  # (trick: the minibatch gathered above)
         clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
     )  # fmt: skip
-    # trick: the grads set to None by hand, as zero_grad does: torch.compile does not trace zero_grad (a graph break)
-    for param in agent.parameters():
-        param.grad = None
-    loss.backward()
-    nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
-    optimizer.step()
+    # trick: the gradients from torch.autograd.grad, not backward() into .grad: traced into the compiled graph (see
+    # main), and clipped to max_grad_norm as clip_grad_norm_ does, with tensor ops
+    grads = torch.autograd.grad(loss, optimizer["params"])
+    with torch.no_grad():
+        total_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_mul_(grads, (max_grad_norm / (total_norm + 1e-6)).clamp(max=1.0))
+    adam_step(optimizer, grads)
     return torch.stack([loss.detach(), *stats.values()])  # (trick: one output a replay; no distribution checks)
 
 
@@ -359,11 +384,9 @@ def main(args):
         # env setup
         envs = make_envs(args.env_id, args.gamma, args.num_envs, run.videos)
         agent = Agent(envs).to(device)
-        # trick: the lr is a device tensor annealed in place: no compiled or CUDA graph is rebuilt for it. Capturable
-        # Adam keeps its step count on the device and reads the lr there, so step() never syncs and can be captured: on
-        # CUDA (--cudagraphs implies it) also with --compile, which turns capturable on itself only for a stateless Adam
-        lr, capturable = torch.tensor(args.learning_rate, device=device), device.type == "cuda" or args.cudagraphs
-        optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=capturable)
+        # trick: the lr is a device tensor annealed in place: no compiled or CUDA graph is rebuilt for it. Adam as
+        # tensor ops (make_adam) keeps its step count on the device too: a step never syncs and can be captured
+        optimizer = make_adam(list(agent.parameters()), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5)
 
         # ALGO Logic: Storage setup
         # trick: T + 1 rows, each written in place where the data lands, and what the env returns at step t
@@ -393,7 +416,10 @@ def main(args):
             # through a Python path on every call there, which makes the compiled step no faster than the eager one.
             # On GPU inductor's RNG is fused into the kernel and is kept.
             policy = torch.compile(policy, options={"fallback_random": device.type == "cpu"})
-            advantages_fn, update_fn = torch.compile(advantages_fn), torch.compile(update_fn)
+            # trick: with trace_autograd_ops, torch.compile traces torch.autograd.grad into the graph: the update (its
+            # gradients, clipping and Adam step included) is one graph, one call with no frames resumed in Python
+            torch._dynamo.config.trace_autograd_ops = True
+            advantages_fn, update_fn = torch.compile(advantages_fn), torch.compile(update_fn, fullgraph=True)
         policy = partial(policy, agent, obs, actions, logprobs, values)
         advantages_fn = partial(
             advantages_fn, agent, obs, rewards, dones, values, advantages, returns, args.gamma, args.gae_lambda
@@ -421,7 +447,7 @@ def main(args):
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
                 lrnow = frac * args.learning_rate
-                optimizer.param_groups[0]["lr"].fill_(lrnow)  # (trick: in place, the graphs read this tensor)
+                optimizer["lr"].fill_(lrnow)  # (trick: in place, the graphs read this tensor)
 
             env_out[0] = env_out[-1]  # (trick: T + 1 rows: row T becomes row 0)
             for step in range(0, args.num_steps):
@@ -462,7 +488,7 @@ def main(args):
 
             # log point, as CleanRL's: the last minibatch's losses, the mean clipfrac of all minibatches
             stats = dict(zip(LOGGED, stats), clipfrac=torch.stack(clipfracs).mean())  # (trick: one output a replay)
-            logged = {"explained_variance": explained_var, "learning_rate": optimizer.param_groups[0]["lr"]}
+            logged = {"explained_variance": explained_var, "learning_rate": optimizer["lr"]}
             losses = run.check_finite(global_step, stats, unchecked=logged)
             run.tick(global_step)
             run.report(global_step, {

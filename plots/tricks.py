@@ -43,7 +43,8 @@ CATALOGUE = [
     ("one compiled LSTM step", "`nested_compile_region`: compiled once, not unrolled",
      r"nested_compile_region"),
     ("`vmap` over Q-networks", "stacked Q-network parameters: batched matmuls", r"\bvmap\("),
-    ("fused target update", "one in-place `torch._foreach_lerp_`", r"_foreach_lerp_|\.lerp_\("),
+    # (Adam's first moment is a lerp too, of adam["exp_avg"]: not a target update)
+    ("fused target update", "one in-place `torch._foreach_lerp_`", r"_foreach_lerp_\((?!adam\[)|\.lerp_\("),
     ("GAE by recursive doubling", "the reverse recurrence in log2(T) whole-tensor steps", r"doubling"),
     ("minibatch gathered in the update", "the flat batch bound once, indices the only input",
      r"inside the compiled"),

@@ -4,7 +4,6 @@ evaluate, bad input, a real divergence, determinism) and learning on InvertedPen
 
 import copy
 import csv
-import importlib
 import math
 import re
 import signal
@@ -12,7 +11,6 @@ import sys
 import types
 from functools import partial
 from pathlib import Path
-from unittest import mock
 
 import gymnasium as gym
 import pytest
@@ -169,25 +167,45 @@ def minibatches(n, size, seed):
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).split(size)
 
 
-def test_twin_update_equals_eager_update():
+@pytest.fixture
+def float64():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize("max_grad_norm", [1e-3, 1e6], ids=["clipped", "unclipped"])
+def test_twin_update_equals_eager_update(float64, max_grad_norm):
     """Same weights, same minibatches: the twin's update, which gathers its minibatch from the whole flat batch by
-    index (tensor lr), moves the weights as the eager one does on the minibatch gathered for it."""
+    index, takes its gradients with torch.autograd.grad, clips them with tensor ops and steps Adam as tensor ops
+    (tensor lr, annealed in place), moves the weights as the eager one (backward(), clip_grad_norm_, torch.optim.Adam)
+    does on the minibatch gathered for it. In float64, as TD3's test: in float32 Adam's two orders of operations round
+    apart on near-zero gradients."""
     torch.manual_seed(0)
     agent_e = eager.Agent(SPACES)
     agent_t = twin.Agent(SPACES)
     agent_t.load_state_dict(agent_e.state_dict())
     opt_e = torch.optim.Adam(agent_e.parameters(), lr=3e-4, eps=1e-5)
-    opt_t = torch.optim.Adam(agent_t.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
-    batch = flat_batch(256, 0)
-    for mb_inds in minibatches(256, 64, 1)[:3]:
-        want = eager.update(agent_e, opt_e, {k: x[mb_inds] for k, x in zip(FIELDS, batch)}, **HYPER)
-        got = twin.update(agent_t, opt_t, *batch, mb_inds, **HYPER)
+    opt_t = twin.make_adam(list(agent_t.parameters()), lr=torch.tensor(3e-4), eps=1e-5)
+    hyper = {**HYPER, "max_grad_norm": max_grad_norm}
+    batch = [x.double() if x.is_floating_point() else x for x in flat_batch(256, 0)]
+    for i, mb_inds in enumerate(minibatches(256, 64, 1)):
+        if i == 2:  # the annealing: the eager script sets a float, the twin fills its lr tensor in place
+            opt_e.param_groups[0]["lr"] = 1e-4
+            opt_t["lr"].fill_(1e-4)
+        want = eager.update(agent_e, opt_e, {k: x[mb_inds] for k, x in zip(FIELDS, batch)}, **hyper)
+        got = twin.update(agent_t, opt_t, *batch, mb_inds, **hyper)
         # the twin returns the same statistics as one stacked tensor (one output for a CUDA graph to clone)
         assert got.shape == (len(twin.LOGGED),) and set(twin.LOGGED) == set(want)
-        torch.testing.assert_close(dict(zip(twin.LOGGED, got)), want)
-    torch.testing.assert_close(agent_t.state_dict(), agent_e.state_dict())
+        # (clipfrac: a float32 mean of a .float() mask in both, which the twin's stack makes float64)
+        torch.testing.assert_close(dict(zip(twin.LOGGED, got)), want, check_dtype=False)
+        torch.testing.assert_close(agent_t.state_dict(), agent_e.state_dict())
+    # Adam's moments: the clipped gradients themselves, averaged (1e-3 clips every step, 1e6 none)
+    for key in ("exp_avg", "exp_avg_sq"):
+        torch.testing.assert_close(opt_t[key], [opt_e.state[p][key] for p in agent_e.parameters()])
     # the minibatch matters: the same step on other rows of the batch gives other losses
-    other = twin.update(copy.deepcopy(agent_t), copy.deepcopy(opt_t), *batch, minibatches(256, 64, 2)[0], **HYPER)
+    agent_o, opt_o = copy.deepcopy((agent_t, opt_t))  # one copy: the copied Adam holds the copied parameters
+    other = twin.update(agent_o, opt_o, *batch, minibatches(256, 64, 2)[0], **hyper)
     assert other[0] != got[0]
 
 
@@ -199,21 +217,19 @@ def test_compiled_update_equals_eager_update(backend):
     torch.manual_seed(0)
     agent = twin.Agent(SPACES)
     agent_c = copy.deepcopy(agent)
-    opt = torch.optim.Adam(agent.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
-    opt_c = torch.optim.Adam(agent_c.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
+    opt = twin.make_adam(list(agent.parameters()), lr=torch.tensor(3e-4), eps=1e-5)
+    opt_c = twin.make_adam(list(agent_c.parameters()), lr=torch.tensor(3e-4), eps=1e-5)
     batch = flat_batch(256, 0)
     mb_inds = minibatches(256, 64, 0) + minibatches(256, 64, 1)
-    # one eager step each first, so Adam's state exists and the compiled function is compiled once, not twice
-    for a, o in ((agent, opt), (agent_c, opt_c)):
-        twin.update(a, o, *batch, mb_inds[0], **HYPER)
-    compiled = torch.compile(twin.update, backend=backend)
-    for i in range(1, 6):
+    compiled = torch.compile(twin.update, backend=backend, fullgraph=True)  # fullgraph: one graph, no break
+    for i in range(6):
         if i == 3:  # the annealing writes the tensor lr in place: no recompile, and the step uses the new value
-            opt.param_groups[0]["lr"].fill_(1e-4)
-            opt_c.param_groups[0]["lr"].fill_(1e-4)
+            opt["lr"].fill_(1e-4)
+            opt_c["lr"].fill_(1e-4)
         # other minibatches (views at other offsets of a permutation), the same bound batch: the one graph
         want = twin.update(agent, opt, *batch, mb_inds[i], **HYPER)
-        with torch._dynamo.config.patch(error_on_recompile=i > 1):
+        # trace_autograd_ops as the twin's main sets it with --compile: torch.autograd.grad traced into the graph
+        with torch._dynamo.config.patch(error_on_recompile=i > 0, trace_autograd_ops=True):
             got = compiled(agent_c, opt_c, *batch, mb_inds[i], **HYPER)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(agent_c.state_dict(), agent.state_dict(), rtol=1e-5, atol=1e-6)
@@ -280,13 +296,14 @@ def test_twin_bootstrap_and_gae_compile_whole_to_the_float64_reference():
         env_out[..., :6] += 0.5  # the next rollout's observations and rewards: same graph, new numbers
 
 
-def test_graph_breaks_of_the_twin_update_are_pytorchs_own():
-    """Each break is compiled code handing back to Python; this pins them so that a new one fails here."""
-    from torch._dynamo.utils import counters
-
+def test_the_twin_update_compiles_to_one_graph():
+    """With trace_autograd_ops (the twin's --compile), the update, its gradients, their clipping and Adam's step
+    included, is one graph: no break (fullgraph=True would raise at one), no frame resumed in Python, and nothing
+    recompiles over other minibatches (other indices, at other offsets) and an annealed lr (a tensor written in
+    place). With backward() and torch.optim.Adam's step it was 4 graphs at 3 breaks."""
     torch.manual_seed(0)
     agent = twin.Agent(SPACES)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=torch.tensor(3e-4), eps=1e-5)
+    optimizer = twin.make_adam(list(agent.parameters()), lr=torch.tensor(3e-4), eps=1e-5)
     graphs = []
 
     def counting_backend(gm, example_inputs):
@@ -294,23 +311,16 @@ def test_graph_breaks_of_the_twin_update_are_pytorchs_own():
         return gm.forward
 
     torch._dynamo.reset()
-    counters.clear()
-    update = partial(torch.compile(twin.update, backend=counting_backend), agent, optimizer, *flat_batch(256, 0))
-    update(minibatches(256, 64, 0)[0], **HYPER)
-    breaks = {reason.splitlines()[0]: count for reason, count in counters["graph_break"].items()}
-    # torch 2.13 cuts the update into 4 graphs at 3 breaks, as dynamo counts them:
-    # - loss.backward(): dynamo does not trace backward() (trace_autograd_ops is off), 1
-    # - Optimizer.step's wrapper calls torch._dynamo.graph_break() before and after the step, 2
-    # Optimizer.zero_grad would add one more ("marked as skipped"): the twin sets the grads to None itself.
-    assert breaks == {"Unsupported Tensor.backward() call": 1, "Call to `torch._dynamo.graph_break()`": 2}, breaks
-    assert len(graphs) == 4
-    # nothing recompiles over several minibatches (other indices, at other offsets) and an annealed lr (a tensor
-    # written in place)
-    with torch._dynamo.config.patch(error_on_recompile=True):
-        for i in range(1, 5):
-            optimizer.param_groups[0]["lr"].fill_(3e-4 / (i + 1))
-            update(minibatches(256, 64, i)[i % 4], **HYPER)
-    assert len(graphs) == 4
+    update = torch.compile(twin.update, backend=counting_backend, fullgraph=True)
+    update = partial(update, agent, optimizer, *flat_batch(256, 0))
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        update(minibatches(256, 64, 0)[0], **HYPER)
+        assert len(graphs) == 1
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for i in range(1, 5):
+                optimizer["lr"].fill_(3e-4 / (i + 1))
+                update(minibatches(256, 64, i)[i % 4], **HYPER)
+    assert len(graphs) == 1 and optimizer["step"] == 5
 
 
 # ---------------------------------------------------------------- the GPU path, on the CPU (tests/gpu_standin.py)
@@ -328,9 +338,8 @@ HOST_READS = {  # by "method at file: line"; the same with and without --compile
     # the log point, once per iteration: the losses, clipfrac, explained variance and lr in one stacked read
     # (--target-kl, off by default, adds CleanRL's early-stop test of approx_kl: one read per epoch)
     "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": ITERATIONS,
-    # setup, once: the numpy view of the storage's host copy, and Adam's constructor checking 0 <= lr on the lr tensor
+    # setup, once: the numpy view of the storage's host copy
     f"numpy at {TWIN}.py: host_np = host.numpy()": 1,
-    f"__bool__ at {TWIN}.py: optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=capturable)": 1,
 }
 
 
@@ -363,10 +372,10 @@ def test_the_twins_own_optimizer_is_captured(flags, tmp_path):
 
 
 def test_twin_steps_run_on_the_meta_device():
-    """The policy step, GAE with its bootstrap value, the loss and the update (with a capturable Adam) on the meta
+    """The policy step, GAE with its bootstrap value, the loss and the update (Adam as tensor ops) on the meta
     device, which has no data: a host read (.item(), a data-dependent branch) raises there, and so does a tensor made
     on the CPU (without device=) meeting the storage. Not here: the explained variance and the clipfrac mean of the log
-    point (a few ops inline in main) and Adam's constructor, whose check of the lr tensor is the pinned setup read."""
+    point (a few ops inline in main)."""
     meta = torch.device("meta")
     agent = twin.Agent(SPACES).to(meta)
     T, B = 8, 3
@@ -379,16 +388,13 @@ def test_twin_steps_run_on_the_meta_device():
     assert gae.device == meta and gae.shape == (T, B)
     loss, stats = twin.ppo_loss(*(x.to(meta) for x in random_ppo_minibatch(16, seed=0)), 0.2, 0.01, 0.5, True, True)
     assert loss.device == meta and all(v.device == meta for v in stats.values())
-    optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4, eps=1e-5, capturable=True)
-    optimizer.param_groups[0]["lr"] = torch.tensor(3e-4, device=meta)  # as the twin's lr tensor on its device
+    optimizer = twin.make_adam(list(agent.parameters()), lr=torch.tensor(3e-4, device=meta), eps=1e-5)
     flat = (obs[:-1].flatten(0, 1), actions.flatten(0, 1), logprobs.view(-1), advantages.view(-1), returns.view(-1))
-    adam = importlib.import_module("torch.optim.adam")  # its capturable step checks the device: let meta through
-    supported = adam._get_capturable_supported_devices
-    with mock.patch.object(adam, "_get_capturable_supported_devices", lambda **kw: [*supported(), "meta"]):
-        for mb_inds in torch.randperm(T * B, device=meta).split(T * B // 2):  # two steps: Adam's state made, then used
-            got = twin.update(agent, optimizer, *flat, values.view(-1), mb_inds, **HYPER)
-            assert got.device == meta and got.shape == (len(twin.LOGGED),)
-    assert all(t.device == meta for t in optimizer.state[agent.actor_logstd].values())
+    for mb_inds in torch.randperm(T * B, device=meta).split(T * B // 2):
+        got = twin.update(agent, optimizer, *flat, values.view(-1), mb_inds, **HYPER)
+        assert got.device == meta and got.shape == (len(twin.LOGGED),)
+    assert all(t.device == meta for key in ("exp_avg", "exp_avg_sq") for t in optimizer[key])
+    assert optimizer["step"].device == meta
 
 
 # the iteration in which each CUDA graph of the twin is captured at the default flags (2048 steps per iteration,
