@@ -5,7 +5,7 @@
 #   ./run.sh --learning      returns at full budget: each pair's eager script and its fastest twin (--compile, and
 #                            --cudagraphs where CUDA exists), seeds 1 2 3 (budgets below)
 #   ./run.sh --steady        steady-state speed with benchmarks/steady.py: each pair's eager script and twin --compile
-#                            at the --quick budgets, pinned to one core, cold compile caches, 3 rounds
+#                            at the --quick budgets (PPO's longer), pinned to one core, cold compile caches, 3 rounds
 #                            (steady.md: steps per CPU-second, warm-up = compile time); --base DIR runs a checkout of
 #                            an older commit (a git worktree) in turn with this one and adds the ratios; --peer DIR
 #                            runs LeanRL's scripts (DIR/leanrl/<script>.py, patched to run on today's libraries: see
@@ -119,6 +119,14 @@ R2D2_CARTPOLE="$R2D2_CARTPOLE --target-network-frequency 200 --buffer-size 40000
 budget() {
   local kind=$mode
   [ "$quick" = 0 ] || kind=quick
+  # --steady: the --quick budgets, but PPO's leave 2 iterations after the burn-in, too few to resolve 10% (PPO
+  # Atari's twin read 0.70x LeanRL's in one round, 1.09x over three): 11 and 19 steady iterations
+  if [ "$steady" = 1 ]; then
+    case "$1" in
+      ppo_atari_envpool | pqn_atari_envpool) echo "--total-timesteps 12288 --measure-burnin 1" && return ;;
+      ppo_continuous_action) echo "--total-timesteps 40960 --measure-burnin 1" && return ;;
+    esac
+  fi
   [ "$kind" != learning ] || [ "$has_cuda" = 0 ] || kind=learning-cuda
   case "$1:$kind" in
     ppo_atari_envpool:quick) echo "--total-timesteps 3072 --measure-burnin 1" ;;

@@ -215,6 +215,18 @@ def test_steady_runs_the_harness_on_each_pairs_eager_script_and_compiled_twin_at
     assert runs == [f"leanrl/dqn.py {quick}", f"leanrl/dqn_torchcompile.py {quick} --compile"]
     assert args[args.index("--command") + 1].startswith("./run.sh --steady --only dqn")
     assert (clone / "benchmarks" / "results" / "steady_cpu.md").read_text() == "the steady table\n"
+    # PPO's steady budgets are longer than its --quick ones (3 iterations): 11 and 19 steady iterations
+    proc = run_sh("--steady", "--only", "ppo_atari_envpool ppo_continuous_action", "--results-dir", str(out),
+                  root=clone, python=python)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    args = json.loads((tmp_path / "args.json").read_text())
+    runs = [" ".join(args[i + 1].split()) for i, a in enumerate(args) if a == "--run"]
+    atari, continuous = "--total-timesteps 12288 --measure-burnin 1", "--total-timesteps 40960 --measure-burnin 1"
+    assert runs == [
+        f"leanrl/ppo_atari_envpool.py {atari}", f"leanrl/ppo_atari_envpool_torchcompile.py {atari} --compile",
+        f"leanrl/ppo_continuous_action.py {continuous}",
+        f"leanrl/ppo_continuous_action_torchcompile.py {continuous} --compile",
+    ]  # fmt: skip
 
 
 # ---------------------------------------------------------------- plot.py: synthetic results
