@@ -113,9 +113,10 @@ R2D2_CARTPOLE="--env-id CartPole-v1 --mask-velocity --num-envs 8 --hidden-size 6
 R2D2_CARTPOLE="$R2D2_CARTPOLE --batch-size 32 --train-frequency 16 --learning-rate 1e-3 --gamma 0.99"
 R2D2_CARTPOLE="$R2D2_CARTPOLE --target-network-frequency 200 --buffer-size 40000 --learning-starts 2000"
 
-# Budgets. --quick: one to two minutes per run on a 2-core CPU (PPO Atari's update of a 1024-frame batch takes ~25 s
-# there, so it gets 3 iterations; the replay pairs start learning early and are timed once the updates run); full
-# speed runs are for a GPU machine. --learning: see --help (the CPU figures are estimates from the --quick table).
+# Budgets. --quick: one to two minutes per run on a 2-core CPU (a PPO Atari iteration of 1,024 frames takes 4-8 s on
+# the 2-core EPYC, so it gets 3 iterations; the replay pairs start learning early and are timed once the updates
+# run); full speed runs are for a GPU machine. --learning: see --help (the CPU figures are estimates from the --quick
+# table).
 budget() {
   local kind=$mode
   [ "$quick" = 0 ] || kind=quick
