@@ -61,8 +61,8 @@ RESULT_KEYS = {
 @pytest.fixture(autouse=True)
 def compiler_config_restored():
     """Each test starts from the same compiler options: a script's main() run in this process may switch some on for
-    the rest of the process (the SAC and TD3 twins set dynamo's trace_autograd_ops, which changes how every later
-    compiled backward() is traced)."""
+    the rest of the process (the SAC, TD3 and PPO continuous twins set dynamo's trace_autograd_ops, which changes how
+    every later compiled backward() is traced)."""
     import torch._dynamo.config
     import torch._inductor.config
 
@@ -70,6 +70,14 @@ def compiler_config_restored():
     yield
     torch._dynamo.config.load_config(saved[0])
     torch._inductor.config.load_config(saved[1])
+
+
+@pytest.fixture
+def float64():
+    """Tensors made while the test runs are float64 unless told otherwise (comparisons of two update orders)."""
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
 
 
 def load_script(name):

@@ -167,13 +167,6 @@ def minibatches(n, size, seed):
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).split(size)
 
 
-@pytest.fixture
-def float64():
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(torch.float32)
-
-
 @pytest.mark.parametrize("max_grad_norm", [1e-3, 1e6], ids=["clipped", "unclipped"])
 def test_twin_update_equals_eager_update(float64, max_grad_norm):
     """Same weights, same minibatches: the twin's update, which gathers its minibatch from the whole flat batch by

@@ -184,13 +184,6 @@ def test_fused_target_update_equals_the_per_parameter_one():
     assert not torch.allclose(t1.fc2.weight, networks(seed=1)[1].fc2.weight), "the targets moved"
 
 
-@pytest.fixture
-def float64():
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(torch.float32)
-
-
 def test_twin_updates_equal_eager_updates(float64):
     """Same weights, same batch, same noise: the twin's critic and actor steps (vmapped Q, Q1 sliced from the stack
     and detached in the actor loss, torch.autograd.grad and Adam as tensor ops, fused target lerp) move every
