@@ -293,8 +293,9 @@ def main(args):
         envs = make_envs(args.env_id, args.num_envs, run.videos)
         obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
         q_network = QNetwork(obs_dim, n_actions).to(device)
-        # trick: fused Adam updates every parameter in one CUDA kernel (on a CPU the default Adam is faster); capturable
-        # keeps its step count on the GPU: a step never syncs and can be captured (torch.compile arranges this itself)
+        # trick: fused Adam updates every parameter in one CUDA kernel (a CPU's compiled update is faster with the
+        # default Adam); capturable keeps its step count on the GPU: a step never syncs and can be captured
+        # (torch.compile arranges this itself)
         cuda = device.type == "cuda"
         optimizer = optim.Adam(
             q_network.parameters(), lr=args.learning_rate, fused=cuda, capturable=cuda and not args.compile
