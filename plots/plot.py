@@ -495,23 +495,33 @@ def publish_files(out, plots_dir, names):
 GPU_COLUMNS = ["eager", "twin", "twin --compile", "twin --compile --cudagraphs"]
 
 
+def median_of(cell):
+    """A steady table's cell "262 (259–264)" (median, min–max over the rounds): its median."""
+    return cell.split(" (")[0]
+
+
 def steady_brief(table, link):
     """The README's cut of benchmarks/steady.py's table with a peer side: one row a script, ours beside LeanRL's
-    (steps per CPU-second, their ratio, the cold warm-up); the whole table stays in `link`. Without a peer: as is."""
+    (steps per CPU-second and the cold warm-up as medians over the rounds, their ratio with its range); the whole
+    table stays in `link`. Without a peer: as is."""
     lines = table.strip().splitlines()
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| `")]
     if not any(row[1] == "peer" for row in rows):
         return table
     head = [line for line in lines if not line.startswith("|")][:2]
-    out = [*head, "", f"Each script once, one round, ours beside LeanRL's (every column: [{link}]({link})).", ""]
+    rounds = re.search(r"(\d+) interleaved round", head[0])
+    rounds = int(rounds.group(1)) if rounds else 1
+    how = "one round" if rounds == 1 else f"{rounds} rounds: medians and the ratio's range"
+    out = [*head, "", f"Ours beside LeanRL's, {how} ([all columns]({link})).", ""]
     out += ["| run | steps/CPU-s | LeanRL's | ours / LeanRL | warm-up s (LeanRL's) |", "|---|---|---|---|---|"]
     peer = {row[0]: row for row in rows if row[1] == "peer"}
     for row in rows:
         if row[1] != "peer":
             theirs = peer.get(row[0], [""] * 10)
             found = theirs[3] not in ("", "—")
-            warmup = f"{row[5]} ({theirs[5]})" if found else row[5]
-            out.append(f"| {row[0]} | {row[3]} | {theirs[3] if found else '—'} | {row[8] or '—'} | {warmup} |")
+            theirs_sps = median_of(theirs[3]) if found else "—"
+            warmup = median_of(row[5]) + (f" ({median_of(theirs[5])})" if found else "")
+            out.append(f"| {row[0]} | {median_of(row[3])} | {theirs_sps} | {row[8] or '—'} | {warmup} |")
     return "\n".join(out) + "\n"
 
 

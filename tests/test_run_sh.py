@@ -512,13 +512,35 @@ def test_readme_steady_table_is_the_committed_harness_table():
     whole = committed.read_text()
     assert block == steady_brief(whole, "benchmarks/results/steady_cpu.md").strip()
     assert block.startswith("Measured on cpu; CPU ") and "./run.sh --steady" in block and "warm-up s" in block
-    rows = {
-        line.split("|")[1].strip(): line
-        for line in whole.splitlines()
-        if line.startswith("| `") and "| peer |" not in line
-    }
-    for line in block.splitlines():
-        if line.startswith("| `"):  # ours, LeanRL's and the ratio as the whole table has them, a row a script
+    rows = {"ours": {}, "peer": {}}
+    for line in whole.splitlines():
+        if line.startswith("| `"):
             cells = [cell.strip() for cell in line.strip("|").split("|")]
-            ours = [cell.strip() for cell in rows[cells[0]].strip("|").split("|")]
-            assert cells[1] == ours[3] and cells[3] in (ours[8], "—")
+            rows["peer" if cells[1] == "peer" else "ours"][cells[0]] = cells
+    median = plot.median_of
+    for line in block.splitlines():
+        if line.startswith("| `"):  # the medians of ours and LeanRL's and the ratio as the whole table has them
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            ours, theirs = rows["ours"][cells[0]], rows["peer"].get(cells[0])
+            assert cells[1] == median(ours[3]) and cells[3] in (ours[8], "—")
+            assert cells[2] == (median(theirs[3]) if theirs else "—")
+            assert cells[4].startswith(median(ours[5]))
+
+
+def test_steady_brief_gives_medians_and_says_how_many_rounds():
+    """Three rounds: the README's cut shows each median (not the min-max the whole table has beside it), LeanRL's
+    beside ours, the ratio with its range, and says it is three rounds; a table without a peer stays as is."""
+    head = "Measured on cpu; CPU X; 3 interleaved round(s); by `cmd`.\nSides: new = abc, peer = LeanRL."
+    columns = "| run | side | rounds ok | steps/CPU-s | steps/s | warm-up s | CPU-s in warm-up | ms/iteration | r | r |"
+    whole = "\n".join([
+        head, "", columns, "|" + "---|" * 10,
+        "| `a.py` | new | 3/3 | 262 (259–264) | 261 | 7.68 (7.59–7.77) | 7 | 3,924 | 1.22x (1.21x–1.23x) | 1.2x |",
+        "| `a.py` | peer | 3/3 | 214 (213–216) | 214 | 9.12 (9.08–9.16) | 9 | 4,760 |  |  |",
+        "| `b.py` | new | 3/3 | 10,299 (10,100–10,400) | 10,290 | 2.68 (2.60–2.70) | 2 | 9 |  |  |",
+    ])  # fmt: skip
+    brief = plot.steady_brief(whole, "x.md")
+    assert "3 rounds: medians" in brief and "(259–264)" not in brief
+    assert "| `a.py` | 262 | 214 | 1.22x (1.21x–1.23x) | 7.68 (9.12) |" in brief
+    assert "| `b.py` | 10,299 | — | — | 2.68 |" in brief
+    no_peer = whole.replace("| peer |", "| base |")
+    assert plot.steady_brief(no_peer, "x.md") == no_peer
