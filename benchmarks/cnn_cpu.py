@@ -8,11 +8,16 @@ counts FLOPs with torch's FlopCounterMode on the very calls it times. Pin it to 
 """
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
-from replay import load_script
 from torch.utils.flop_counter import FlopCounterMode
+
+if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.replay import load_script  # noqa: E402
 
 CHANNELS_LAST = torch.channels_last
 
@@ -54,6 +59,16 @@ def network_step(agent, frames):
         (logprob.mean() + entropy.mean() + value.mean()).backward()
 
     return step
+
+
+def iteration_flops(agent, args):
+    """(forward FLOPs a frame, forward and backward a frame, an iteration's total): the rollout's num_envs x num_steps
+    frames forward, then update_epochs passes over them forward and backward."""
+    frame = torch.zeros(1, 4, 84, 84, dtype=torch.uint8)
+    forward = flops_of(lambda: agent.get_action_and_value(frame))
+    both = flops_of(network_step(agent, frame))
+    rollout = args.num_envs * args.num_steps
+    return forward, both, rollout * forward + args.update_epochs * rollout * both
 
 
 def main(argv=None):
@@ -102,10 +117,8 @@ def main(argv=None):
         print(f"| {name} | {seconds(step, args.repeats) * 1e3:.1f} |")
 
     defaults = ppo.Args()
-    forward = flops_of(lambda: agent.get_action_and_value(frames[:1].float()))
-    both = flops_of(network_step(agent, frames[:1]))
+    forward, both, total = iteration_flops(ppo.Agent(n_actions=4), defaults)
     rollout = defaults.num_envs * defaults.num_steps
-    total = rollout * forward + defaults.update_epochs * rollout * both
     print(
         f"\nAn iteration at the script's defaults: {rollout:,} rollout frames forward ({forward / 1e6:.1f} MFLOP a "
         f"frame), {defaults.update_epochs * rollout:,} update frames forward and backward ({both / 1e6:.1f} MFLOP): "
