@@ -9,7 +9,6 @@ counts FLOPs with torch's FlopCounterMode on the very calls it times. Pin it to 
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -17,21 +16,15 @@ from torch.utils.flop_counter import FlopCounterMode
 
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.bench_rl_operators import time_call  # noqa: E402
 from benchmarks.replay import load_script  # noqa: E402
 
-CHANNELS_LAST = torch.channels_last
+CPU = torch.device("cpu")
 
 
 def seconds(fn, repeats):
-    """The median of `repeats` timed calls, after 3 warm-up calls."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    """The median of `repeats` timed calls after the warm-up (bench_rl_operators' timer)."""
+    return time_call(fn, CPU, budget_s=float("inf"), max_reps=repeats, min_reps=repeats)[0] / 1e6
 
 
 def flops_of(fn):
@@ -91,7 +84,7 @@ def main(argv=None):
     for i, layer in enumerate(agent.network):
         if isinstance(layer, (torch.nn.Conv2d, torch.nn.Linear)):
             rates = []
-            for layout in (torch.contiguous_format, CHANNELS_LAST):
+            for layout in (torch.contiguous_format, torch.channels_last):
                 moved_layer, moved_x = layer, x
                 if isinstance(layer, torch.nn.Conv2d):
                     moved_layer, moved_x = layer.to(memory_format=layout), x.contiguous(memory_format=layout)
@@ -107,9 +100,9 @@ def main(argv=None):
     print("\n| whole network, forward and backward on a minibatch | ms |\n|---|---|")
     for name, layout, compiled in (
         ("eager, NCHW (the scripts)", torch.contiguous_format, False),
-        ("eager, channels-last", CHANNELS_LAST, False),
+        ("eager, channels-last", torch.channels_last, False),
         ("compiled, NCHW (the twins; inductor picks the layout)", torch.contiguous_format, True),
-        ("compiled, channels-last", CHANNELS_LAST, True),
+        ("compiled, channels-last", torch.channels_last, True),
     ):
         model = ppo.Agent(n_actions=4).to(memory_format=layout)
         step = network_step(model, frames.contiguous(memory_format=layout))
