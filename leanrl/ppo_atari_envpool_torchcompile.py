@@ -98,6 +98,11 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
+# trick: a fast configuration for one GPU and many cores, flags only (the defaults above stay CleanRL's): the env count
+# of Cleanba's Nature-CNN PPO (cleanba_ppo_envpool_impala_atari_wrapper_naturecnn.py: 60 envs, CleanRL's other
+# hyper-parameters); benchmarks/time_to_score.py runs it
+FAST_FLAGS = "--num-envs 60"
+
 def make_env(env_id, num_envs, seed):
     """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
     return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
@@ -454,4 +459,4 @@ def main(args):
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(tyro.cli(Args, description=f"{__doc__}\nFast configuration: {FAST_FLAGS}"))

@@ -95,6 +95,11 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
+# trick: a fast configuration for one GPU and many cores, flags only (the defaults above stay CleanRL's): purejaxql's
+# config/alg/pqn_atari.yaml (128 envs x 32 steps, 2 epochs of 32 minibatches, epsilon to 0.001 over the first 10%, a
+# constant lr); benchmarks/time_to_score.py runs it
+FAST_FLAGS = "--num-envs 128 --num-steps 32 --update-epochs 2 --num-minibatches 32 --end-e 0.001 --no-anneal-lr"
+
 def make_env(env_id, num_envs, seed):
     """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
     return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
@@ -384,4 +389,4 @@ def main(args):
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(tyro.cli(Args, description=f"{__doc__}\nFast configuration: {FAST_FLAGS}"))
