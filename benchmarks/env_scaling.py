@@ -379,12 +379,14 @@ def to_markdown(report):
     for r in report["env_alone"]:
         if not any(t["num_envs"] == r["num_envs"] for t in report["twins"]):
             lines.append(f"| {r['num_envs']} | {_n(r['steps_per_s'])} | — | | | | | | | | |")
-    for t in sorted(report["twins"], key=lambda t: (t["num_envs"], t["twin"])):
+    order = list(TWINS)
+    for t in sorted(report["twins"], key=lambda t: (t["num_envs"], order.index(t["twin"]))):
         alone = env.get(t["num_envs"])
         steps = t["iterations"] * t["num_steps"]
+        ratio = f"{t['rollout_sps'] / alone['steps_per_s']:.2f}" if alone else "—"
         lines.append(
             f"| {t['num_envs']} | {_n(alone['steps_per_s']) if alone else '—'} | {t['twin']} | {_n(t['rollout_sps'])} "
-            f"| {t['rollout_sps'] / alone['steps_per_s'] if alone else float('nan'):.2f} "
+            f"| {ratio} "
             f"| {100 * t['env_share']:.0f} | {100 * t['policy_share']:.0f} | {100 * t['other_share']:.0f} "
             f"| {1e3 * t['other_s'] / steps:.2f} | {t['update_s_per_iteration']:.2f} | {_n(t['iteration_sps'])} |"
         )
@@ -394,6 +396,11 @@ def to_markdown(report):
         + (" --compile" if t["compile"] else "")
         + (" --async-envs" if t["async_envs"] else "")
         + f", envpool threads by {t['env_threads']}"
+        + (
+            " (--no-anneal-lr dropped: the twin's checks reject it; the lr is one in-place fill either way)"
+            if t.get("anneal_lr_forced")
+            else ""
+        )
         for name, t in twins.items()
     )
     lines += [
