@@ -7,6 +7,7 @@
     python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table: benchmarks/README.md
     python plots/plot.py --steady benchmarks/results/steady_cpu.md   # splice the steady-state table: README.md
     python plots/plot.py --replay benchmarks/results/replay_cpu.md   # splice the replay-buffer table there too
+    python plots/plot.py --time-to-score OUT/time_to_score.jsonl --publish  # benchmarks/time_to_score.sh's runs
 
 Reads only the results lines that the scripts append (one JSON object per run) and the return curves
 they write next to them (<results dir>/<run_name>/returns.csv), and the command that run.sh records
@@ -35,6 +36,8 @@ COLORS = {variant: f"C{i}" for i, variant in enumerate(VARIANTS)}
 # twins give the same returns as each other on the same seed: a dashed line over a solid one keeps both visible
 STYLES = dict(zip(VARIANTS, ["-", "-", (0, (4, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2))]))
 PUBLISHED = Path(__file__).resolve().parent / "published_returns.csv"  # CleanRL's figures, with their source
+# published wall-clock times of whole runs (sources cited in the file), beside benchmarks/time_to_score.py's curves
+TIME_TO_SCORE = Path(__file__).resolve().parent / "published_time_to_score.csv"
 TWIN_SUFFIX = "_torchcompile"
 DISTRIBUTED_SUFFIX = "_distributed"
 
@@ -664,6 +667,145 @@ def gpu_markdown(records, brief=False):
     return "\n".join(out)
 
 
+def read_anchors(path=TIME_TO_SCORE):
+    """The published end points: [{pair, label, env_id, steps, mean, std, minutes, hardware, source}], the numbers as
+    floats (mean and std None where the source gives no return); the file's lines starting with # cite the sources."""
+    with open(path) as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    for row in rows:
+        row["minutes"] = float(row["minutes"])
+        row["mean"], row["std"] = (float(row[k]) if row[k] else None for k in ("mean", "std"))
+    return rows
+
+
+def read_time_to_score(paths):
+    """benchmarks/time_to_score.py's records in these files, each with its curve under "_curve": [(wall_s, step,
+    return, last100_mean)] from the CSV the record names beside the file (empty if it is not there)."""
+    records = []
+    for path in map(Path, paths):
+        for raw in path.read_text().splitlines():
+            rec = json.loads(raw) if raw.strip() else {}
+            if rec.get("kind") != "time_to_score":
+                continue
+            curve = path.parent / rec["curve"]
+            rows = list(csv.DictReader(curve.open())) if curve.exists() else []
+            rec["_curve"] = [(float(r["wall_s"]), int(r["step"]), float(r["return"]), float(r["last100_mean"]))
+                             for r in rows]  # fmt: skip
+            records.append(rec)
+    return records
+
+
+def machine_of(rec):
+    """A time-to-score record's machine: accelerator (or cpu), CPU model, the cores the run could use, torch."""
+    m = rec["machine"]
+    return f"{m['device']} · {m['cpu']} ({m['cores']} cores) · torch {m['torch']}"
+
+
+def anchors_of(anchors, rec):
+    pair = rec["script"].removesuffix(".py").removesuffix(TWIN_SUFFIX)
+    return [a for a in anchors if a["pair"] == pair and a["env_id"] == rec["env_id"]]
+
+
+def time_to_score_markdown(records, anchors, images=""):
+    """The table: per run, the minutes from launch to the target (or the last-100 mean where the deadline stopped
+    it), the env steps then, the run's steps/s, and the published whole-run minutes of the same pair; the figure."""
+    out = [
+        "Measured by `benchmarks/time_to_score.sh`: minutes from launch (imports and compile included) until the mean "
+        "of the last 100 games reached the target, else that mean when the run stopped; steps/s from the script's "
+        "results line; published: whole 10M-step runs (`plots/published_time_to_score.csv`).",
+        "",
+        "| script | machine | minutes to the score | steps then | steps/s | published, minutes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        m = rec["machine"]
+        commit = f", `{m['commit']}`" if m.get("commit") else ""
+        where = f"{m['device']}, {m['cores']} cores, torch {m['torch']}{commit}"
+        if rec["reached"]:
+            got, steps = f"**{rec['seconds_to_score'] / 60:.1f}** (target {rec['target']:g})", rec["steps_at_score"]
+        else:
+            last = rec["last100_at_end"]
+            got = "not reached: " + ("no game" if last is None else f"{fmt_return(last)}")
+            got += f" at {rec['wall_s_at_end'] / 60:.1f} min (target {rec['target']:g})"
+            steps = rec["steps_at_end"]
+        sps = (rec.get("results") or {}).get("sps")
+        published = "; ".join(f"{a['label']}: {a['minutes']:g}" for a in anchors_of(anchors, rec)) or "—"
+        row = [f"`{rec['script']}`", where, got, f"{steps:,}", "—" if sps is None else f"{sps:,.0f}", published]
+        out.append("| " + " | ".join(row) + " |")
+    for machine in dict.fromkeys(map(machine_of, records)):
+        out.append(f"\n![last-100 mean against wall-clock minutes]({images}time_to_score_{slug(machine)}.png)")
+    return "\n".join(out) + "\n"
+
+
+def plot_time_to_score(machine, records, anchors, path):
+    """The last-100 mean against wall-clock minutes from launch (log scale), each run's target dashed, beside the
+    published end points: a marker at (minutes, return ± std), a dotted line where the source gives no return."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
+    for i, rec in enumerate(records):
+        curve = rec["_curve"]
+        label = f"{rec['script'].removesuffix('.py')}" + (" (dry run)" if rec.get("dry_run") else "")
+        if curve:
+            ax.plot([max(w, 1.0) / 60 for w, *_ in curve], [c[3] for c in curve], color=f"C{i}", lw=1.4, label=label)
+        ax.axhline(rec["target"], color=f"C{i}", lw=0.8, ls="--")
+        if rec["reached"]:
+            ax.plot(rec["seconds_to_score"] / 60, rec["mean_at_score"], "o", color=f"C{i}", ms=6)
+    shown = {a["label"]: a for rec in records for a in anchors_of(anchors, rec)}
+    for j, a in enumerate(shown.values()):
+        color = f"C{len(records) + j}"
+        text = f"{a['label']}, {a['minutes']:g} min" + (f" ({a['hardware']})" if a["hardware"] else "")
+        if a["mean"] is None:
+            ax.axvline(a["minutes"], color=color, ls=":", lw=1.2, label=text + ", no return published")
+        else:
+            ax.errorbar(a["minutes"], a["mean"], yerr=a["std"], fmt="s", color=color, capsize=3, label=text)
+    ax.set_xscale("log")
+    ax.set_xlabel("wall-clock minutes from launch (log scale)", fontsize=8)
+    ax.set_ylabel("mean return of the last 100 games", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left")
+    env = ", ".join(dict.fromkeys(rec["env_id"] for rec in records))
+    fig.suptitle(f"{machine}\n{env}: time to score (dashed: target; dot: reached), beside published whole runs",
+                 fontsize=8)  # fmt: skip
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def time_to_score_main(args):
+    """--time-to-score: the table (printed, OUT/time_to_score.md) and a figure per machine; --publish splices the
+    table into the README (time-to-score markers) and copies the figures into --plots-dir."""
+    records = read_time_to_score(args.time_to_score)
+    if not records:
+        raise SystemExit(f"plot.py: error: no time_to_score records in {' '.join(args.time_to_score)}")
+    anchors = read_anchors(args.anchors)
+    out = Path(args.out or Path(args.time_to_score[0]).parent)
+    out.mkdir(parents=True, exist_ok=True)
+    by_machine = defaultdict(list)
+    for rec in records:
+        by_machine[machine_of(rec)].append(rec)
+    pngs = [f"time_to_score_{slug(machine)}.png" for machine in by_machine]
+    for png, (machine, recs) in zip(pngs, by_machine.items()):
+        plot_time_to_score(machine, recs, anchors, out / png)
+    (out / "time_to_score.md").write_text(time_to_score_markdown(records, anchors))
+    print(time_to_score_markdown(records, anchors))
+    print(f"plot.py: wrote {out / 'time_to_score.md'} and {', '.join(pngs)} in {out}")
+    if args.publish:
+        dry = [rec["script"] for rec in records if rec.get("dry_run")]
+        commits = [rec["machine"].get("commit") or "" for rec in records]
+        dirty = [commit for commit in commits if "uncommitted" in commit]
+        if dry or dirty:  # a published figure is a real run's, and names the commit that measured it
+            why = f"{dry[0]} was a dry run (a smoke, not a result)" if dry else f"a run measured {dirty[0]}"
+            print(f"plot.py: error: {why}: not published", file=sys.stderr)
+            raise SystemExit(2)
+        readme = Path(args.readme or ROOT / "README.md")
+        plots_dir = Path(args.plots_dir)
+        images = Path(os.path.relpath(plots_dir, readme.resolve().parent)).as_posix() + "/"
+        text = splice(readme.read_text(), "time-to-score", time_to_score_markdown(records, anchors, images))
+        publish_files(out, plots_dir, pngs)
+        readme.write_text(text)
+        print(f"plot.py: published: {readme} (time-to-score) and {', '.join(pngs)} in {plots_dir}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -704,11 +846,20 @@ def main(argv=None):
         "and with --out write it to OUT/gpu.md",
     )
     parser.add_argument(
+        "--time-to-score",
+        nargs="+",
+        help="time_to_score.jsonl files of benchmarks/time_to_score.py: the table (OUT/time_to_score.md) and the "
+        "last-100 mean against wall-clock minutes beside the published end points (time_to_score_<machine>.png)",
+    )
+    parser.add_argument("--anchors", default=str(TIME_TO_SCORE), help="published whole-run times (--time-to-score)")
+    parser.add_argument(
         "--benchmarks-readme",
         default=str(ROOT / "benchmarks" / "README.md"),
         help="README to splice the --rl-ops and --replay tables into",
     )
     args = parser.parse_args(argv)
+    if args.time_to_score:
+        return time_to_score_main(args)
     if args.gpu:
         records = [json.loads(raw) for path in args.gpu for raw in Path(path).read_text().splitlines() if raw.strip()]
         table = gpu_markdown(records)
