@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import inspect
 import itertools
+import math
 import os
 import shlex
 import sys
@@ -332,15 +333,20 @@ def rejected(module, args):
     return False
 
 
-def twin_rollout(twin, num_envs, iterations, warmup, num_steps=None, compile=False, async_envs=None, module=None):
-    """Run the twin's main() for `iterations` iterations, wrapped; the summary of those after `warmup`. module: the
-    twin's module as loaded (a fresh load by default)."""
+def twin_rollout(
+    twin, num_envs, iterations, warmup, num_steps=None, compile=False, async_envs=None, min_steps=0, module=None
+):
+    """Run the twin's main() for `iterations` iterations (more where those after `warmup` would take fewer than
+    min_steps env steps), wrapped; the summary of those after `warmup`. module: the twin's module as loaded (a fresh
+    load by default)."""
     script, targets_name = TWINS[twin]
     module = module or load_script(script)
     ledger = Ledger()
     with tempfile.TemporaryDirectory(prefix="env_scaling-") as tmp:
         results = str(Path(tmp) / "results.jsonl")
         args = twin_args(module, num_envs, iterations, num_steps, compile, results, async_envs)
+        batch = num_envs * args.num_steps
+        args.total_timesteps = batch * max(iterations, warmup + math.ceil(min_steps / batch))
         flags_threads = hasattr(args, "env_threads")
         threads = None if flags_threads or takes_num_threads(module) else cores()
         with instrumented(module, targets_name, ledger, threads), contextlib.redirect_stdout(sys.stderr):
@@ -406,8 +412,9 @@ def to_markdown(report):
     lines += [
         "",
         "Env alone: the twin's make_env, random actions, median step after a warm-up (time_call). Twins: their main() "
-        f"on the CPU in the fast configuration ({flags}), {report['iterations']} iterations, the first "
-        f"{report['warmup']} left out. Rollout: an iteration's start to its targets call; env % = inside the env's "
+        f"on the CPU in the fast configuration ({flags}), {report['iterations']} iterations or more (at "
+        f"least {report['min_steps']:,} env steps after the warm-up), the first {report['warmup']} left out. "
+        "Rollout: an iteration's start to its targets call; env % = inside the env's "
         "step/send/recv/reset; policy % = inside policy_step; other host = the rest of the rollout (actions to numpy, "
         "uploads, episode bookkeeping), also per vector step; update = the targets call to the iteration's end "
         "(bootstrap and returns, the epochs, the log point); iteration steps/s = rollout and update together.",
@@ -426,6 +433,9 @@ def parse_args(argv=None):
     p.add_argument("--num-steps", type=int, default=None, help="override the fast configuration's num_steps")
     p.add_argument("--iterations", type=int, default=2, help="iterations a twin runs, the warm-up ones included")
     p.add_argument("--warmup", type=int, default=1, help="iterations left out")
+    p.add_argument(
+        "--min-steps", type=int, default=4096, help="more iterations where the measured ones would step fewer envs"
+    )
     p.add_argument("--window", type=float, default=3.0, help="seconds the env alone is timed (after --env-warmup)")
     p.add_argument("--env-warmup", type=float, default=1.0, help="seconds the env alone steps first")
     p.add_argument("--no-env", action="store_true", help="skip the env alone")
@@ -443,6 +453,7 @@ def parse_args(argv=None):
         args.num_envs = args.num_envs or QUICK_ENV_COUNTS
         args.num_steps = args.num_steps or QUICK_NUM_STEPS
         args.window, args.env_warmup = min(args.window, 0.3), min(args.env_warmup, 0.2)
+        args.min_steps = 0
     args.num_envs = args.num_envs or ENV_COUNTS
     if args.out is None:
         args.out = str(ROOT / (QUICK_OUT if args.quick else FULL_OUT))
@@ -464,6 +475,7 @@ def main(argv=None):
         "cores": cores(),
         "iterations": args.iterations,
         "warmup": args.warmup,
+        "min_steps": args.min_steps,
         "env_alone": [],
         "twins": [],
     }
@@ -476,7 +488,9 @@ def main(argv=None):
         for twin in args.twins:
             t0 = time.perf_counter()
             async_envs = {"flags": None, "on": True, "off": False}[args.async_envs]
-            row = twin_rollout(twin, num_envs, args.iterations, args.warmup, args.num_steps, args.compile, async_envs)
+            row = twin_rollout(
+                twin, num_envs, args.iterations, args.warmup, args.num_steps, args.compile, async_envs, args.min_steps
+            )
             report["twins"].append(row)
             print(
                 f"{twin} {num_envs:4d} envs: rollout {row['rollout_sps']:9,.0f} steps/s, env "
