@@ -284,6 +284,8 @@ def main(argv=None):
         if record["reached"]
         else f"not reached: last-100 mean {record['last100_at_end']} at the end ({stopped_by})"
     )
+    if line is None:
+        print(f"time_to_score: the run wrote no results line (exit {proc.returncode}): {record['log_tail'][-1:]}")
     sps = (line or {}).get("sps")
     print(f"time_to_score: {script.name}: {got}; {record['steps_at_end']:,} steps in {exit_at:.1f} s, "
           f"{'n/a' if sps is None else f'{sps:,.0f}'} steps/s; record: {out / 'time_to_score.jsonl'}")  # fmt: skip

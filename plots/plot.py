@@ -723,6 +723,8 @@ def time_to_score_markdown(records, anchors, images=""):
         where = f"{m['device']}, {m['cores']} cores, torch {m['torch']}{commit}"
         if rec["reached"]:
             got, steps = f"**{rec['seconds_to_score'] / 60:.1f}** (target {rec['target']:g})", rec["steps_at_score"]
+        elif rec.get("results") is None:  # the script wrote no results line: it failed, its log says why
+            got, steps = f"failed (exit {rec.get('exit_code')}, no results line)", rec["steps_at_end"]
         else:
             last = rec["last100_at_end"]
             got = "not reached: " + ("no game" if last is None else f"{fmt_return(last)}")

@@ -208,3 +208,12 @@ def test_the_published_end_points_are_the_ones_the_issue_cites():
     assert rows["openai/baselines PPO2"]["minutes"] == 122.8 and rows["openai/baselines PPO2"]["mean"] is None
     assert tts.TARGETS == {"pqn_atari_envpool": 385.0, "ppo_atari_envpool": 400.0}
     assert shlex.split(load_script(SCRIPT).FAST_FLAGS)  # the twin has a fast configuration to run
+
+
+def test_a_run_that_wrote_no_results_line_reads_as_failed_not_as_a_score(tmp_path):
+    failed = record("pqn_atari_envpool_torchcompile.py", False, wall=5.2)
+    failed.update(results=None, exit_code=2, steps_at_end=0)
+    records = write_records(tmp_path, [failed])
+    plot.main(["--time-to-score", str(records), "--out", str(tmp_path / "out")])
+    [row] = [r for r in (tmp_path / "out" / "time_to_score.md").read_text().splitlines() if r.startswith("| `")]
+    assert row.split(" | ")[2:5] == ["failed (exit 2, no results line)", "0", "—"]
