@@ -6,7 +6,8 @@
 
 It runs one training script (default the PQN Atari twin) as a subprocess in its fast configuration (the script's
 module-level FAST_FLAGS, read by importing it: importing a script does no work) on Breakout-v5, with --compile
---cudagraphs where CUDA is available (on a CPU: --compile only if asked), then FLAGS (after --). While the run goes it
+--cudagraphs where CUDA is available (on a CPU: --compile only if asked), then FLAGS (after --), with an empty inductor
+cache (as on a new machine: the whole compile counts; --warm-cache keeps the one it finds). While the run goes it
 tails the run's returns.csv (one line a finished game) and stamps each game with the wall seconds since the process was
 launched (to within the 0.2 s poll), the env step and the mean of the last 100 games; its own curve, <tag>.curve.csv:
 wall_s,step,return,last100_mean. When that mean reaches the target (with at least --min-games games: 100, as the
@@ -29,10 +30,12 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections import deque
 from pathlib import Path
@@ -150,6 +153,8 @@ def parse(argv):
     parser.add_argument("--out", default="runs/time_to_score", help="folder of the record, curve, log and run")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--compile", action="store_true", help="on a CPU: add --compile (on a GPU it always is)")
+    parser.add_argument("--warm-cache", action="store_true", help="keep inductor's cache (default: an empty one, as "
+                        "on a bare machine: the compile counts in full)")  # fmt: skip
     parser.add_argument("--archive", action="store_true", help="pack the run's folder into OUT/<tag>.tar.gz")
     parser.add_argument("--dry-run", action="store_true", help=f"CPU smoke: {DRY_FLAGS}, target 0, 1 game, 30 s")
     args = parser.parse_args(argv)
@@ -187,6 +192,9 @@ def main(argv=None):
     if not cuda:
         env["CUDA_VISIBLE_DEVICES"] = ""
         env.setdefault("OMP_NUM_THREADS", "1")  # a small CPU: torch's threads spinning against envpool's cost 10x
+    cache = None if args.warm_cache else tempfile.mkdtemp(prefix="time-to-score-inductor-")
+    if cache:  # cold: what a first run on a new machine compiles, launch to score
+        env["TORCHINDUCTOR_CACHE_DIR"] = cache
     tag = f"{pair_of(script)}_{time.strftime('%Y%m%d-%H%M%S')}"
     tag = next(t for t in (tag, *(f"{tag}-{n}" for n in range(2, 100))) if not (out / f"{t}.log").exists())
     score = Score(args.target, args.min_games, out / f"{tag}.curve.csv")
@@ -235,6 +243,8 @@ def main(argv=None):
             signal.signal(signal.SIGTERM, previous)
     score.close()
     tail.close()
+    if cache:
+        shutil.rmtree(cache, ignore_errors=True)
     run_name = tail.run_dir.name if tail.run_dir else None
     line = results_line(results_file, run_name)
     if stopped_by is None:
@@ -265,7 +275,10 @@ def main(argv=None):
         log=f"{tag}.log",
         dry_run=args.dry_run,
         machine=info,
-        inductor_env={k: v for k, v in sorted(env.items()) if k.startswith("TORCHINDUCTOR_")},
+        cold_cache=cache is not None,
+        inductor_env={
+            k: v for k, v in sorted(env.items()) if k.startswith("TORCHINDUCTOR_") and k != "TORCHINDUCTOR_CACHE_DIR"
+        },
         command=shlex.join(["benchmarks/time_to_score.py", *(argv if argv is not None else sys.argv[1:])]),
         time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
@@ -274,8 +287,6 @@ def main(argv=None):
     if args.archive:
         with tarfile.open(out / f"{tag}.tar.gz", "w:gz") as tar:
             tar.add(results_dir, arcname="runs")
-        import shutil
-
         shutil.rmtree(results_dir)
     with open(out / "time_to_score.jsonl", "a") as f:
         f.write(json.dumps(record, allow_nan=False) + "\n")

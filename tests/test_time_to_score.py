@@ -85,7 +85,7 @@ def test_dry_run_stops_at_the_target_and_its_record_matches_the_runs_own_curve(t
     # the flags: the twin's own FAST_FLAGS, then the dry run's sizes; on the CPU and not compiled
     fast = load_script(SCRIPT).FAST_FLAGS
     assert record["fast_flags"] == fast and f" {fast} --no-cuda {tts.DRY_FLAGS}" in record["flags"]
-    assert "--compile" not in record["flags"] and record["dry_run"] is True
+    assert "--compile" not in record["flags"] and record["dry_run"] is True and record["cold_cache"] is True
     assert (record["target"], record["min_games"], record["script"]) == (0.0, 1, "ppo_atari_envpool_torchcompile.py")
     with tarfile.open(out / f"{tag}.tar.gz") as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")
