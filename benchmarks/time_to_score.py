@@ -5,14 +5,15 @@
     python3 benchmarks/time_to_score.py --dry-run --out runs/time_to_score_dry   # CPU smoke: tiny sizes, under a minute
 
 It runs one training script (default the PQN Atari twin) as a subprocess in its fast configuration (the script's
-module-level FAST_FLAGS, read by importing it: importing a script does no work) on Breakout-v5, with --compile
---cudagraphs where CUDA is available (on a CPU: --compile only if asked), then FLAGS (after --), with an empty inductor
-cache (as on a new machine: the whole compile counts; --warm-cache keeps the one it finds). While the run goes it
-tails the run's returns.csv (one line a finished game) and stamps each game with the wall seconds since the process was
-launched (to within the 0.2 s poll), the env step and the mean of the last 100 games; its own curve, <tag>.curve.csv:
-wall_s,step,return,last100_mean. When that mean reaches the target (with at least --min-games games: 100, as the
-published figures are means of 100 games) or at the deadline, it stops the run with SIGTERM (the script writes its
-results line, status interrupted); or the run ends by itself at its --total-timesteps.
+module-level FAST_FLAGS, read by importing it: importing a script does no work; a script without one runs at its
+defaults) on Breakout-v5, with --compile --cudagraphs where CUDA is available (on a CPU: --compile only if asked), then
+FLAGS (after --), with an empty inductor cache (as on a new machine: the whole compile counts; --warm-cache keeps the
+one it finds). While the run goes it tails the run's returns.csv (one line a finished game) and stamps each game with
+the wall seconds since the process was launched (to within the 0.2 s poll), the env step and the mean of the last 100
+games; its own curve, <tag>.curve.csv: wall_s,step,return,last100_mean. When that mean reaches the target (with at
+least --min-games games: 100, as the published figures are means of 100 games) or at the deadline, it stops the run
+with SIGTERM (the script writes its results line, status interrupted); or the run ends by itself at its
+--total-timesteps.
 
 Then it appends one strict-JSON record (kind "time_to_score") to OUT/time_to_score.jsonl: the script, env, flags,
 target, reached, seconds_to_score (null if not reached), steps_at_score, the best and the final last-100 mean, the
@@ -175,7 +176,8 @@ def main(argv=None):
     args, extra = parse(argv)
     script = Path(args.script) if Path(args.script).is_file() else ROOT / args.script
     script = script.resolve()
-    fast_flags = shlex.split(load_module(script).FAST_FLAGS)
+    fast = getattr(load_module(script), "FAST_FLAGS", None)  # None: a script without one runs at its defaults
+    fast_flags = shlex.split(fast or "")
     info = machine()  # before the launch: the harness's imports and CUDA context are not the run's
     info.pop("kind")
     info["cores"] = len(os.sched_getaffinity(0))  # the cores this process (and the run) may use
@@ -254,7 +256,7 @@ def main(argv=None):
         script=script.name,
         env_id=args.env_id,
         flags=shlex.join(flags),
-        fast_flags=shlex.join(fast_flags),
+        fast_flags=fast,
         target=args.target,
         min_games=args.min_games,
         deadline_s=args.deadline_s,
