@@ -17,6 +17,9 @@
 #          a DIR you name collects every invocation you point at it, listed in DIR/command.txt)
 #          --no-plot   --publish   --rounds K (--steady)   --base DIR, --peer DIR (--steady; relative paths from
 #          this clone)
+# Fast configurations: the PQN and PPO Atari twins' FAST_FLAGS (flags only; their --help and docs/usage.md show
+# them). The runs here keep CleanRL's defaults (the eager scripts lack --async-envs and --env-threads, so --extra
+# cannot carry them); benchmarks/time_to_score.sh runs a twin in its fast configuration to CleanRL's score.
 # Pairs: ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action
 #        r2d2_atari_envpool pqn pqn_atari_envpool; and ppo_atari_envpool_distributed (speed only, several GPUs).
 # Speed variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both; on a machine

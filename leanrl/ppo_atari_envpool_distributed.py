@@ -13,6 +13,7 @@ import io  # (trick: all ranks stop alike, rank 0 says why: the others' stderr i
 import os  # (trick: torchrun tells each process its rank and the world size)
 import random
 import sys  # (trick: rank 0 alone says why the ranks stopped)
+from collections import deque  # (trick: --async-envs: the env groups in flight)
 from contextlib import contextmanager, redirect_stderr  # (trick: the run joins the other ranks)
 from dataclasses import dataclass
 from datetime import timedelta  # trick: the process group's timeout
@@ -113,6 +114,10 @@ class Args:
     """the maximum norm for the gradient clipping"""
     target_kl: float | None = None
     """the target KL divergence threshold"""
+    env_threads: int = 0  # trick: --env-threads and --async-envs use the whole machine (FAST_FLAGS)
+    """envpool's worker threads: 0 is envpool's default (CleanRL's), -1 the cores this process may use"""
+    async_envs: bool = False
+    """step half the envs while the policy acts for the other half (two envpools of num_envs / 2)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -123,9 +128,21 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
-def make_env(env_id, num_envs, seed):
+# trick: a fast configuration for one GPU and many cores, flags only (the defaults above stay CleanRL's): the env count
+# of Cleanba's Nature-CNN PPO (cleanba_ppo_envpool_impala_atari_wrapper_naturecnn.py: 60 envs, CleanRL's other
+# hyper-parameters), with the envs on every core and stepping while the policy acts; time_to_score.py runs it
+FAST_FLAGS = "--num-envs 60 --async-envs --env-threads -1"
+
+
+def make_env(env_id, num_envs, seed, num_threads=0):
     """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
-    return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
+    # trick: -1 threads: one per core this process may use (envpool's default counts the machine's cores, whatever
+    # the process's affinity, and is one thread per env below that)
+    num_threads = len(os.sched_getaffinity(0)) if num_threads == -1 else num_threads
+    return envpool.make(
+        env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed,
+        num_threads=num_threads,
+    )  # fmt: skip
 
 
 def layer_init(layer, std=2**0.5, bias_const=0.0):
@@ -366,6 +383,10 @@ def check_args(args):
     if args.num_envs % world_size:
         bk.fail(__file__, f"--num-envs {args.num_envs} does not divide by the world size {world_size}")
     args.local_num_envs = args.num_envs // world_size
+    if args.env_threads < -1:  # (trick: --env-threads, --async-envs)
+        bk.fail(__file__, f"--env-threads must be -1 (this process's cores), 0 or more, got {args.env_threads}")
+    if args.async_envs and args.local_num_envs % 2:
+        bk.fail(__file__, f"--async-envs splits the envs in two: {args.local_num_envs} envs a rank is odd")
     batch_size = args.num_envs * args.num_steps
     if args.total_timesteps < batch_size:
         bk.fail(__file__, f"--total-timesteps {args.total_timesteps} is smaller than one iteration (--num-envs x "
@@ -442,8 +463,15 @@ def main(args):
         __file__, args, device, record=rank == 0, deferred_stop=world_size > 1, world_size=world_size, rank=rank
     )
     with run_here as run, process_group(args, world_size, run):
+        # trick: --async-envs: two groups of envs, each its own envpool (env i keeps its seed, seed + i, and its
+        # column): envpool's threads step one group while the policy acts for the other, so neither waits
+        num_groups = 2 if args.async_envs else 1
+        group_size = args.local_num_envs // num_groups  # (trick: a rank's envs in groups)
+        cols = [slice(g * group_size, (g + 1) * group_size) for g in range(num_groups)]
         # trick: each rank its own envs, seeded as the twin seeds the same envs (envpool seeds env i with seed + i)
-        envs = make_env(args.env_id, args.local_num_envs, args.seed + rank * args.local_num_envs)
+        first_env = args.seed + rank * args.local_num_envs
+        env_groups = [make_env(args.env_id, group_size, first_env + c.start, args.env_threads) for c in cols]
+        envs = env_groups[0]
         agent = Agent(envs.action_space.n).to(device)
         if world_size > 1:  # trick: every rank starts from rank 0's weights
             for param in agent.parameters():
@@ -477,8 +505,8 @@ def main(args):
         # CUDA they go through pinned host buffers (reward and done together): both copies are asynchronous, each done
         # before its buffer is written again (the next step's action.cpu() waits for the stream). CPU: straight in
         pinned = device.type == "cuda"
-        staging = torch.zeros((2, args.local_num_envs), pin_memory=pinned)  # trick: this rank's envs
-        obs_staging = torch.zeros((args.local_num_envs,) + obs_shape, dtype=torch.uint8, pin_memory=pinned)
+        staging = torch.zeros((2, group_size), pin_memory=pinned)  # (trick: --async-envs: a group's envs a copy)
+        obs_staging = torch.zeros((group_size,) + obs_shape, dtype=torch.uint8, pin_memory=pinned)
         step_index = torch.arange(args.num_steps, device=device)
 
         policy, advantages_fn, update_fn = policy_step, advantages_and_returns, update
@@ -489,7 +517,8 @@ def main(args):
                 torch.compile(update),
             )
         # trick: the storage and the flat batch (views of it) are bound once: neither graph copies them
-        policy = partial(policy, agent, obs, actions, logprobs, values)
+        # (trick: --async-envs: a policy step per group, bound to the group's columns of the storage)
+        policies = [partial(policy, agent, obs[:, c], actions[:, c], logprobs[:, c], values[:, c]) for c in cols]
         advantages_fn = partial(
             advantages_fn, agent, obs, env_out, values, advantages, returns, args.gamma, args.gae_lambda
         )
@@ -514,7 +543,7 @@ def main(args):
         if args.cudagraphs:
             # trick: replay each as one CUDA graph: tensor arguments (here only the indices) are copied into static
             # buffers, outputs cloned out; the warm-up calls (compiling) run before the capture
-            policy = CudaGraphModule(policy, warmup=3)
+            policies = [CudaGraphModule(policy, warmup=3) for policy in policies]
             advantages_fn = CudaGraphModule(advantages_fn, warmup=3)
             update_step = CudaGraphModule(update_step, warmup=3)
 
@@ -523,7 +552,27 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         running_returns = np.zeros(args.local_num_envs)  # each env's score in its current game (trick: this rank's)
-        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)  # (trick: T + 1 rows: the first obs is row T)
+        # (trick: T + 1 rows: the first obs is row T; --async-envs: the groups' obs side by side)
+        obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]), device=device)
+
+        def receive(step, group):
+            """The envs' answer to a group's actions at `step`: obs, reward and done into their rows, games counted."""
+            next_obs_np, reward, terminations, truncations, info = env_groups[group].recv()
+            staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
+            # trick: non_blocking host-to-device copies from pinned memory, two a step. numpy fills the pinned
+            # buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
+            if pinned:
+                np.copyto(obs_staging.numpy(), next_obs_np)
+            columns = cols[group]
+            obs[step + 1, columns].copy_(obs_staging if pinned else torch.from_numpy(next_obs_np), non_blocking=True)
+            env_out[step + 1, :, columns].copy_(staging, non_blocking=True)
+            # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
+            game_over = info["terminated"].astype(bool) | truncations
+            for episodic_return in bk.game_returns(running_returns[columns], info["reward"], game_over):
+                # the global step of `step` (with --async-envs a group is received during the next step)
+                run.episode((iteration - 1) * args.batch_size + (step + 1) * args.num_envs, episodic_return)
+
+        in_flight = deque()  # (trick: --async-envs: the groups sent and not yet received, oldest first)
         for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
@@ -535,23 +584,19 @@ def main(args):
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
                 # (trick: T + 1 rows: the env's obs and done land in their rows after the step, no copies here)
+                for group in range(num_groups):  # (trick: --async-envs: a group at a time)
+                    # ALGO LOGIC: action logic
+                    action = policies[group](step_index[step : step + 1])  # (trick: the compiled, captured step)
 
-                # ALGO LOGIC: action logic
-                action = policy(step_index[step : step + 1])  # (trick: the compiled, captured policy step)
-
-                # TRY NOT TO MODIFY: execute the game and log data.
-                next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
-                staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
-                # trick: non_blocking host-to-device copies from pinned memory, two a step. numpy fills the pinned
-                # buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
-                if pinned:
-                    np.copyto(obs_staging.numpy(), next_obs_np)
-                obs[step + 1].copy_(obs_staging if pinned else torch.from_numpy(next_obs_np), non_blocking=True)
-                env_out[step + 1].copy_(staging, non_blocking=True)
-                # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
-                game_over = info["terminated"].astype(bool) | truncations
-                for episodic_return in bk.game_returns(running_returns, info["reward"], game_over):
-                    run.episode(global_step, episodic_return)
+                    # TRY NOT TO MODIFY: execute the game and log data.
+                    # trick: envs.step as send, then recv: the group steps in the background until it is received,
+                    # after the next group's actions went out (one group: received at once, as envs.step does)
+                    env_groups[group].send(action.cpu().numpy())
+                    in_flight.append((step, group))
+                    if len(in_flight) == num_groups:
+                        receive(*in_flight.popleft())
+            while in_flight:  # (trick: --async-envs: the last group sent)
+                receive(*in_flight.popleft())
 
             # bootstrap value if not done
             advantages_fn()  # (trick: bootstrap value and GAE in one compiled, captured call)
@@ -588,8 +633,9 @@ def main(args):
                 stop = torch.tensor(run.stop_signal or 0, device=device)
                 dist.all_reduce(stop, op=dist.ReduceOp.MAX)
                 run.stop_for(int(stop))
-        envs.close()
+        for envs in env_groups:  # (trick: --async-envs: every group)
+            envs.close()
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(tyro.cli(Args, description=f"{__doc__}\nFast configuration: {FAST_FLAGS}"))  # (trick: FAST_FLAGS)

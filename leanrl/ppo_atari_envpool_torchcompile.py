@@ -3,7 +3,9 @@
 Run: python leanrl/ppo_atari_envpool_torchcompile.py --env-id Breakout-v5 --compile --cudagraphs
 """
 
+import os  # (trick: --env-threads -1: the cores this process may use)
 import random
+from collections import deque  # (trick: --async-envs: the env groups in flight)
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -88,6 +90,10 @@ class Args:
     """the maximum norm for the gradient clipping"""
     target_kl: float | None = None
     """the target KL divergence threshold"""
+    env_threads: int = 0  # trick: --env-threads and --async-envs use the whole machine (FAST_FLAGS)
+    """envpool's worker threads: 0 is envpool's default (CleanRL's), -1 the cores this process may use"""
+    async_envs: bool = False
+    """step half the envs while the policy acts for the other half (two envpools of num_envs / 2)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -100,12 +106,19 @@ class Args:
 
 # trick: a fast configuration for one GPU and many cores, flags only (the defaults above stay CleanRL's): the env count
 # of Cleanba's Nature-CNN PPO (cleanba_ppo_envpool_impala_atari_wrapper_naturecnn.py: 60 envs, CleanRL's other
-# hyper-parameters); benchmarks/time_to_score.py runs it
-FAST_FLAGS = "--num-envs 60"
+# hyper-parameters), with the envs on every core and stepping while the policy acts; time_to_score.py runs it
+FAST_FLAGS = "--num-envs 60 --async-envs --env-threads -1"
 
-def make_env(env_id, num_envs, seed):
+
+def make_env(env_id, num_envs, seed, num_threads=0):
     """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
-    return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
+    # trick: -1 threads: one per core this process may use (envpool's default counts the machine's cores, whatever
+    # the process's affinity, and is one thread per env below that)
+    num_threads = len(os.sched_getaffinity(0)) if num_threads == -1 else num_threads
+    return envpool.make(
+        env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed,
+        num_threads=num_threads,
+    )  # fmt: skip
 
 
 def layer_init(layer, std=2**0.5, bias_const=0.0):
@@ -281,6 +294,10 @@ def check_args(args):
                 f"--num-steps = {batch_size})")  # fmt: skip
     if batch_size % args.num_minibatches:
         bk.fail(__file__, f"--num-minibatches {args.num_minibatches} does not divide the batch of {batch_size} steps")
+    if args.env_threads < -1:  # (trick: --env-threads, --async-envs)
+        bk.fail(__file__, f"--env-threads must be -1 (this process's cores), 0 or more, got {args.env_threads}")
+    if args.async_envs and args.num_envs % 2:
+        bk.fail(__file__, f"--async-envs splits the envs in two: --num-envs {args.num_envs} is odd")
     bk.check_atari_env(__file__, args.env_id)
 
 
@@ -325,7 +342,13 @@ def main(args):
 
     with bk.Run(__file__, args, device) as run:
         # env setup
-        envs = make_env(args.env_id, args.num_envs, args.seed)
+        # trick: --async-envs: two groups of envs, each its own envpool (env i keeps its seed, seed + i, and its
+        # column): envpool's threads step one group while the policy acts for the other, so neither waits
+        num_groups = 2 if args.async_envs else 1
+        group_size = args.num_envs // num_groups
+        cols = [slice(g * group_size, (g + 1) * group_size) for g in range(num_groups)]
+        env_groups = [make_env(args.env_id, group_size, args.seed + c.start, args.env_threads) for c in cols]
+        envs = env_groups[0]
         agent = Agent(envs.action_space.n).to(device)
         # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Fused Adam: one multi-tensor
         # kernel, its step counts on the device, capturable on CUDA whatever the flags so that a CUDA graph may replay
@@ -355,8 +378,8 @@ def main(args):
         # CUDA they go through pinned host buffers (reward and done together): both copies are asynchronous, each done
         # before its buffer is written again (the next step's action.cpu() waits for the stream). CPU: straight in
         pinned = device.type == "cuda"
-        staging = torch.zeros((2, args.num_envs), pin_memory=pinned)
-        obs_staging = torch.zeros((args.num_envs,) + obs_shape, dtype=torch.uint8, pin_memory=pinned)
+        staging = torch.zeros((2, group_size), pin_memory=pinned)  # (trick: --async-envs: a group's envs a copy)
+        obs_staging = torch.zeros((group_size,) + obs_shape, dtype=torch.uint8, pin_memory=pinned)
         step_index = torch.arange(args.num_steps, device=device)
 
         policy, advantages_fn, update_fn = policy_step, advantages_and_returns, update
@@ -367,7 +390,8 @@ def main(args):
                 torch.compile(update),
             )
         # trick: the storage and the flat batch (views of it) are bound once: neither graph copies them
-        policy = partial(policy, agent, obs, actions, logprobs, values)
+        # (trick: --async-envs: a policy step per group, bound to the group's columns of the storage)
+        policies = [partial(policy, agent, obs[:, c], actions[:, c], logprobs[:, c], values[:, c]) for c in cols]
         advantages_fn = partial(
             advantages_fn, agent, obs, env_out, values, advantages, returns, args.gamma, args.gae_lambda
         )
@@ -391,7 +415,7 @@ def main(args):
         if args.cudagraphs:
             # trick: replay each as one CUDA graph: tensor arguments (here only the indices) are copied into static
             # buffers, outputs cloned out; the warm-up calls (compiling) run before the capture
-            policy = CudaGraphModule(policy, warmup=3)
+            policies = [CudaGraphModule(policy, warmup=3) for policy in policies]
             advantages_fn = CudaGraphModule(advantages_fn, warmup=3)
             update_step = CudaGraphModule(update_step, warmup=3)
 
@@ -400,7 +424,27 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         running_returns = np.zeros(args.num_envs)  # each env's score in its current game
-        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)  # (trick: T + 1 rows: the first obs is row T)
+        # (trick: T + 1 rows: the first obs is row T; --async-envs: the groups' obs side by side)
+        obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]), device=device)
+
+        def receive(step, group):
+            """The envs' answer to a group's actions at `step`: obs, reward and done into their rows, games counted."""
+            next_obs_np, reward, terminations, truncations, info = env_groups[group].recv()
+            staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
+            # trick: non_blocking host-to-device copies from pinned memory, two a step. numpy fills the pinned
+            # buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
+            if pinned:
+                np.copyto(obs_staging.numpy(), next_obs_np)
+            columns = cols[group]
+            obs[step + 1, columns].copy_(obs_staging if pinned else torch.from_numpy(next_obs_np), non_blocking=True)
+            env_out[step + 1, :, columns].copy_(staging, non_blocking=True)
+            # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
+            game_over = info["terminated"].astype(bool) | truncations
+            for episodic_return in bk.game_returns(running_returns[columns], info["reward"], game_over):
+                # the global step of `step` (with --async-envs a group is received during the next step)
+                run.episode((iteration - 1) * args.batch_size + (step + 1) * args.num_envs, episodic_return)
+
+        in_flight = deque()  # (trick: --async-envs: the groups sent and not yet received, oldest first)
         for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
@@ -412,23 +456,19 @@ def main(args):
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
                 # (trick: T + 1 rows: the env's obs and done land in their rows after the step, no copies here)
+                for group in range(num_groups):  # (trick: --async-envs: a group at a time)
+                    # ALGO LOGIC: action logic
+                    action = policies[group](step_index[step : step + 1])  # (trick: the compiled, captured step)
 
-                # ALGO LOGIC: action logic
-                action = policy(step_index[step : step + 1])  # (trick: the compiled, captured policy step)
-
-                # TRY NOT TO MODIFY: execute the game and log data.
-                next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
-                staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
-                # trick: non_blocking host-to-device copies from pinned memory, two a step. numpy fills the pinned
-                # buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
-                if pinned:
-                    np.copyto(obs_staging.numpy(), next_obs_np)
-                obs[step + 1].copy_(obs_staging if pinned else torch.from_numpy(next_obs_np), non_blocking=True)
-                env_out[step + 1].copy_(staging, non_blocking=True)
-                # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
-                game_over = info["terminated"].astype(bool) | truncations
-                for episodic_return in bk.game_returns(running_returns, info["reward"], game_over):
-                    run.episode(global_step, episodic_return)
+                    # TRY NOT TO MODIFY: execute the game and log data.
+                    # trick: envs.step as send, then recv: the group steps in the background until it is received,
+                    # after the next group's actions went out (one group: received at once, as envs.step does)
+                    env_groups[group].send(action.cpu().numpy())
+                    in_flight.append((step, group))
+                    if len(in_flight) == num_groups:
+                        receive(*in_flight.popleft())
+            while in_flight:  # (trick: --async-envs: the last group sent)
+                receive(*in_flight.popleft())
 
             # bootstrap value if not done
             advantages_fn()  # (trick: bootstrap value and GAE in one compiled, captured call)
@@ -455,8 +495,9 @@ def main(args):
             logs |= {"losses/value_loss": losses["value"], "losses/policy_loss": losses["policy"]}
             logs |= {f"losses/{name}": losses[name] for name in ("entropy", "old_approx_kl", "approx_kl", "clipfrac")}
             run.report(global_step, {**logs, "losses/explained_variance": explained_var})
-        envs.close()
+        for envs in env_groups:  # (trick: --async-envs: every group)
+            envs.close()
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args, description=f"{__doc__}\nFast configuration: {FAST_FLAGS}"))
+    main(tyro.cli(Args, description=f"{__doc__}\nFast configuration: {FAST_FLAGS}"))  # (trick: FAST_FLAGS)

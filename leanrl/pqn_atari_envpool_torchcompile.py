@@ -4,7 +4,9 @@ memory and no target network: many envs, a LayerNorm Q-network, Q(lambda) return
 Run: python leanrl/pqn_atari_envpool_torchcompile.py --env-id Breakout-v5 --compile --cudagraphs
 """
 
+import os  # (trick: --env-threads -1: the cores this process may use)
 import random
+from collections import deque  # (trick: --async-envs: the env groups in flight)
 from dataclasses import dataclass
 from functools import partial  # (trick: functions of tensors: network, optimizer, storage bound with partial)
 from pathlib import Path
@@ -85,6 +87,10 @@ class Args:
     """the fraction of `total-timesteps` it takes from start-e to go end-e"""
     q_lambda: float = 0.65
     """the lambda of the Q(lambda) returns"""
+    env_threads: int = 0  # trick: --env-threads and --async-envs use the whole machine (FAST_FLAGS)
+    """envpool's worker threads: 0 is envpool's default (CleanRL's), -1 the cores this process may use"""
+    async_envs: bool = False
+    """step half the envs while the policy acts for the other half (two envpools of num_envs / 2)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -97,12 +103,22 @@ class Args:
 
 # trick: a fast configuration for one GPU and many cores, flags only (the defaults above stay CleanRL's): purejaxql's
 # config/alg/pqn_atari.yaml (128 envs x 32 steps, 2 epochs of 32 minibatches, epsilon to 0.001 over the first 10%, a
-# constant lr); benchmarks/time_to_score.py runs it
-FAST_FLAGS = "--num-envs 128 --num-steps 32 --update-epochs 2 --num-minibatches 32 --end-e 0.001 --no-anneal-lr"
+# constant lr), with the envs on every core and stepping while the policy acts; benchmarks/time_to_score.py runs it
+FAST_FLAGS = (
+    "--num-envs 128 --num-steps 32 --update-epochs 2 --num-minibatches 32 --end-e 0.001 --no-anneal-lr"
+    " --async-envs --env-threads -1"
+)
 
-def make_env(env_id, num_envs, seed):
+
+def make_env(env_id, num_envs, seed, num_threads=0):
     """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
-    return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
+    # trick: -1 threads: one per core this process may use (envpool's default counts the machine's cores, whatever
+    # the process's affinity, and is one thread per env below that)
+    num_threads = len(os.sched_getaffinity(0)) if num_threads == -1 else num_threads
+    return envpool.make(
+        env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed,
+        num_threads=num_threads,
+    )  # fmt: skip
 
 
 def layer_init(layer, std=2**0.5, bias_const=0.0):
@@ -237,6 +253,10 @@ def check_args(args):
         bk.fail(__file__, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
     if not 0.0 <= args.q_lambda <= 1.0:
         bk.fail(__file__, f"--q-lambda must be in [0, 1], got {args.q_lambda}")
+    if args.env_threads < -1:  # (trick: --env-threads, --async-envs)
+        bk.fail(__file__, f"--env-threads must be -1 (this process's cores), 0 or more, got {args.env_threads}")
+    if args.async_envs and args.num_envs % 2:
+        bk.fail(__file__, f"--async-envs splits the envs in two: --num-envs {args.num_envs} is odd")
     bk.check_atari_env(__file__, args.env_id)
 
 
@@ -281,7 +301,13 @@ def main(args):
     torch.set_float32_matmul_precision("high")  # trick: TF32 matmuls on the GPU
     with bk.Run(__file__, args, device) as run:
         # env setup
-        envs = make_env(args.env_id, args.num_envs, args.seed)
+        # trick: --async-envs: two groups of envs, each its own envpool (env i keeps its seed, seed + i, and its
+        # column): envpool's threads step one group while the policy acts for the other, so neither waits
+        num_groups = 2 if args.async_envs else 1
+        group_size = args.num_envs // num_groups
+        cols = [slice(g * group_size, (g + 1) * group_size) for g in range(num_groups)]
+        env_groups = [make_env(args.env_id, group_size, args.seed + c.start, args.env_threads) for c in cols]
+        envs = env_groups[0]
         q_network = QNetwork(envs.action_space.n).to(device)
         # trick: the lr is a tensor annealed in place (no recompile, no re-capture). Capturable on CUDA whatever the
         # flags: RAdam keeps its step count on the device, so a step never syncs and a CUDA graph may replay it
@@ -306,8 +332,8 @@ def main(args):
         # CUDA they go through pinned host buffers (reward and done together): both copies are asynchronous, each done
         # before its buffer is written again (the next step's action.cpu() waits for the stream). CPU: straight in
         pinned = device.type == "cuda"
-        staging = torch.zeros((2, args.num_envs), pin_memory=pinned)
-        obs_staging = torch.zeros((args.num_envs,) + obs_shape, dtype=torch.uint8, pin_memory=pinned)
+        staging = torch.zeros((2, group_size), pin_memory=pinned)  # (trick: --async-envs: a group's envs a copy)
+        obs_staging = torch.zeros((group_size,) + obs_shape, dtype=torch.uint8, pin_memory=pinned)
         # trick: the iteration's epsilons go to the device in one copy, the policy step reads its own by index
         epsilons = torch.zeros(args.num_steps, device=device)
         step_index = torch.arange(args.num_steps, device=device)
@@ -319,14 +345,15 @@ def main(args):
             policy = torch.compile(policy, fullgraph=True, options={"fallback_random": device.type == "cpu"})
             targets_fn, update_fn = torch.compile(targets_fn, fullgraph=True), torch.compile(update)
         # trick: the storage and the flat batch (views of it) are bound once: no graph copies them
-        policy = partial(policy, q_network, obs, actions, values, epsilons)
+        # (trick: --async-envs: a policy step per group, bound to the group's columns of the storage)
+        policies = [partial(policy, q_network, obs[:, c], actions[:, c], values[:, c], epsilons) for c in cols]
         targets_fn = partial(targets_fn, q_network, obs, env_out, values, returns, args.gamma, args.q_lambda)
         flat_batch = (obs[:-1].flatten(0, 1), actions.view(-1), returns.view(-1))
         update_step = partial(update_fn, q_network, optimizer, *flat_batch, max_grad_norm=args.max_grad_norm)
         if args.cudagraphs:
             # trick: replay each as one CUDA graph: tensor arguments (here only the indices) are copied into static
             # buffers, outputs cloned out; the warm-up calls (compiling) run before the capture
-            policy = CudaGraphModule(policy, warmup=3)
+            policies = [CudaGraphModule(policy, warmup=3) for policy in policies]
             targets_fn = CudaGraphModule(targets_fn, warmup=3)
             update_step = CudaGraphModule(update_step, warmup=3)
 
@@ -335,7 +362,27 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         running_returns = np.zeros(args.num_envs)  # each env's score in its current game
-        obs[-1] = torch.as_tensor(envs.reset()[0], device=device)  # (trick: T + 1 rows: the first obs is row T)
+        # (trick: T + 1 rows: the first obs is row T; --async-envs: the groups' obs side by side)
+        obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]), device=device)
+
+        def receive(step, group):
+            """The envs' answer to a group's actions at `step`: obs, reward and done into their rows, games counted."""
+            next_obs_np, reward, terminations, truncations, info = env_groups[group].recv()
+            staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
+            # trick: non_blocking host-to-device copies from pinned memory, two a step. numpy fills the pinned
+            # buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
+            if pinned:
+                np.copyto(obs_staging.numpy(), next_obs_np)
+            columns = cols[group]
+            obs[step + 1, columns].copy_(obs_staging if pinned else torch.from_numpy(next_obs_np), non_blocking=True)
+            env_out[step + 1, :, columns].copy_(staging, non_blocking=True)
+            # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
+            game_over = info["terminated"].astype(bool) | truncations
+            for episodic_return in bk.game_returns(running_returns[columns], info["reward"], game_over):
+                # the global step of `step` (with --async-envs a group is received during the next step)
+                run.episode((iteration - 1) * args.batch_size + (step + 1) * args.num_envs, episodic_return)
+
+        in_flight = deque()  # (trick: --async-envs: the groups sent and not yet received, oldest first)
         for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
@@ -352,23 +399,19 @@ def main(args):
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
                 # (trick: T + 1 rows: the env's obs and done land in their rows after the step, no copies here)
+                for group in range(num_groups):  # (trick: --async-envs: a group at a time)
+                    # ALGO LOGIC: action logic
+                    action = policies[group](step_index[step : step + 1])  # (trick: the compiled, captured step)
 
-                # ALGO LOGIC: action logic
-                action = policy(step_index[step : step + 1])  # (trick: the compiled, captured policy step)
-
-                # TRY NOT TO MODIFY: execute the game and log data.
-                next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
-                staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
-                # trick: non_blocking host-to-device copies from pinned memory, two a step. numpy fills the pinned
-                # buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
-                if pinned:
-                    np.copyto(obs_staging.numpy(), next_obs_np)
-                obs[step + 1].copy_(obs_staging if pinned else torch.from_numpy(next_obs_np), non_blocking=True)
-                env_out[step + 1].copy_(staging, non_blocking=True)
-                # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
-                game_over = info["terminated"].astype(bool) | truncations
-                for episodic_return in bk.game_returns(running_returns, info["reward"], game_over):
-                    run.episode(global_step, episodic_return)
+                    # TRY NOT TO MODIFY: execute the game and log data.
+                    # trick: envs.step as send, then recv: the group steps in the background until it is received,
+                    # after the next group's actions went out (one group: received at once, as envs.step does)
+                    env_groups[group].send(action.cpu().numpy())
+                    in_flight.append((step, group))
+                    if len(in_flight) == num_groups:
+                        receive(*in_flight.popleft())
+            while in_flight:  # (trick: --async-envs: the last group sent)
+                receive(*in_flight.popleft())
 
             # Compute Q(lambda) targets, bootstrapped from the greedy value of the last observation
             targets_fn()  # (trick: bootstrap value and Q(lambda) in one compiled, captured call)
@@ -385,8 +428,9 @@ def main(args):
             losses = run.check_finite(global_step, dict(zip(LOSSES, out)))
             logs = {"charts/learning_rate": lrnow if args.anneal_lr else args.learning_rate, "charts/epsilon": epsilon}
             run.report(global_step, {**logs, **{f"losses/{name}": value for name, value in losses.items()}})
-        envs.close()
+        for envs in env_groups:  # (trick: --async-envs: every group)
+            envs.close()
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args, description=f"{__doc__}\nFast configuration: {FAST_FLAGS}"))
+    main(tyro.cli(Args, description=f"{__doc__}\nFast configuration: {FAST_FLAGS}"))  # (trick: FAST_FLAGS)

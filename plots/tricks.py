@@ -59,6 +59,8 @@ CATALOGUE = [
     ("no distribution checks", "validation off: each check is a host sync", r"validate_args"),
     ("aten's RNG on CPU", "`fallback_random`: inductor's CPU RNG runs Python", r"fallback_random"),
     ("one all-reduce", "the gradients averaged over the ranks in one buffer", r"all_reduce"),
+    ("envs on every core", "`--env-threads -1`: a thread a core", r"sched_getaffinity"),
+    ("overlapped envs", "`--async-envs`: half the envs step as the policy acts", r"\.send\("),
 ]  # fmt: skip
 
 # the README's column for each pair (a script not listed here gets its file name)

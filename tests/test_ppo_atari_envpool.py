@@ -350,6 +350,12 @@ class ScriptedAtari:
         clipped = np.sign(raw).astype(np.float32)  # reward_clip: what the agent learns from
         return obs, clipped, life_lost.astype(bool) | game_over.astype(bool), time_limit.astype(bool), info
 
+    def send(self, action):  # the twins' envs.step, in two halves
+        self.action = action
+
+    def recv(self):
+        return self.step(self.action)
+
     def close(self):
         pass
 
@@ -586,10 +592,8 @@ def twin_settings():
 #   the explained variance), where the losses are checked: 10;
 # - Adam's constructor checks its tensor lr (0 <= lr) once, before the loop: 1.
 TWIN_HOST_READS = {
-    "cpu at ppo_atari_envpool_torchcompile.py: next_obs_np, reward, terminations, truncations, info = "
-    "envs.step(action.cpu().numpy())": 320,
-    "numpy at ppo_atari_envpool_torchcompile.py: next_obs_np, reward, terminations, truncations, info = "
-    "envs.step(action.cpu().numpy())": 320,
+    "cpu at ppo_atari_envpool_torchcompile.py: env_groups[group].send(action.cpu().numpy())": 320,
+    "numpy at ppo_atari_envpool_torchcompile.py: env_groups[group].send(action.cpu().numpy())": 320,
     "tolist at ppo_atari_envpool_torchcompile.py: *logged, explained_var = torch.cat(logged).tolist()": 10,
     "__bool__ at ppo_atari_envpool_torchcompile.py: optimizer = optim.Adam(": 1,
 }
@@ -689,18 +693,19 @@ class FakeClock:
 
 
 def env_steps_cost(module, clock, seconds, monkeypatch):
-    """Each env step of the script moves the clock by `seconds`."""
+    """Each env step of the script moves the clock by `seconds`: envpool's recv, which its step (the eager script)
+    calls after send (the twin calls both itself), and its reset too (not timed)."""
     make_env = module.make_env
 
     def timed_make_env(*args, **kwargs):
         envs = make_env(*args, **kwargs)
-        step = envs.step
+        recv = envs.recv
 
-        def timed_step(action):
-            clock.now += seconds
-            return step(action)
+        def timed_recv(*args, reset=False, **kwargs):
+            clock.now += 0.0 if reset else seconds
+            return recv(*args, reset=reset, **kwargs)
 
-        envs.step = timed_step
+        envs.recv = timed_recv
         return envs
 
     monkeypatch.setattr(module, "make_env", timed_make_env)

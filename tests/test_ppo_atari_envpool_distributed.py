@@ -468,10 +468,8 @@ ONE += ("--total-timesteps", "128", "--measure-burnin", "1")
 # same line); the logged numbers, once an iteration in one read, where the losses are checked (4); Adam's
 # constructor's check of its tensor lr, once before the loop (1).
 DIST_HOST_READS = {
-    "cpu at ppo_atari_envpool_distributed.py: next_obs_np, reward, terminations, truncations, info = "
-    "envs.step(action.cpu().numpy())": 64,
-    "numpy at ppo_atari_envpool_distributed.py: next_obs_np, reward, terminations, truncations, info = "
-    "envs.step(action.cpu().numpy())": 64,
+    "cpu at ppo_atari_envpool_distributed.py: env_groups[group].send(action.cpu().numpy())": 64,
+    "numpy at ppo_atari_envpool_distributed.py: env_groups[group].send(action.cpu().numpy())": 64,
     "tolist at ppo_atari_envpool_distributed.py: *logged, explained_var = torch.cat(logged).tolist()": 4,
     "__bool__ at ppo_atari_envpool_distributed.py: optimizer = optim.Adam(": 1,
 }

@@ -373,7 +373,7 @@ EAGER_MAX_LINES = {
     "pqn_atari_envpool": 378,  # CleanRL's pqn_atari_envpool.py: 291 lines
 }
 TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit before the rewrite
-    "ppo_atari_envpool": 204,
+    "ppo_atari_envpool": 277,  # 204, then --env-threads, --async-envs and FAST_FLAGS (issue 40)
     "ppo_continuous_action": 262,  # 224, then the one-graph update with Adam as tensor ops, SAC's and TD3's (issue 28)
     "sac_continuous_action": 206,
     "td3_continuous_action": 196,
@@ -381,7 +381,8 @@ TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit 
     "dqn_atari_envpool": 121,
     "r2d2_atari_envpool": 129,
     "pqn": 149,  # at its first commit with tests (issue 24)
-    "pqn_atari_envpool": 164,  # at its first commit with tests (issue 24)
+    "pqn_atari_envpool": 241,  # 164 at its first commit with tests (issue 24), then --env-threads, --async-envs and
+    # FAST_FLAGS (issue 40)
 }
 
 

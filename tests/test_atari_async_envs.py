@@ -1,0 +1,188 @@
+"""The Atari twins' --async-envs and --env-threads (issue 40): two env groups, one stepping while the policy acts for
+the other, give each env the trajectory it has without them; the capture stand-in and the host-read budget hold with
+the overlap on; bad values of the flags get one line and exit code 2."""
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+from conftest import args_from_flags, assert_main_exits_2_with_one_line, load_script, main_args, run_in
+from gpu_standin import host_reads, run_main
+from regression import PAIRS
+
+TWINS = ("pqn_atari_envpool_torchcompile", "ppo_atari_envpool_torchcompile")
+
+
+@pytest.fixture(scope="module")
+def mods():
+    return {name: load_script(name) for name in TWINS}
+
+
+@pytest.fixture(autouse=True)
+def twin_settings():
+    """The twins switch argument validation off and TF32 on for the process: leave the other tests as they were."""
+    validate, precision = torch.distributions.Distribution._validate_args, torch.get_float32_matmul_precision()
+    yield
+    torch.distributions.Distribution.set_default_validate_args(validate)
+    torch.set_float32_matmul_precision(precision)
+
+
+def fixed_policy(network, obs, actions, *storage_and_step):
+    """A policy step with the twins' signature whose action is a fixed function of the observation (no random draw):
+    a weighted sum of each env's pixels (a ball a pixel away changes it) folded onto the 4 Breakout actions. The other
+    storage rows get the frames' mean."""
+    *storage, step = storage_and_step
+    frames = obs[step].flatten(0, 1).flatten(1).long()
+    action = (frames * (torch.arange(frames.shape[1]) % 7 + 1)).sum(1) % 4
+    actions[step] = action
+    for rows in storage:
+        if rows.dim() == 2:  # values (and logprobs): (T, envs); PQN's epsilons, (T,), are an input
+            rows[step] = frames.float().mean(1) / 255.0
+    return action
+
+
+class Recorder:
+    """An envpool env that writes down, by global env id, every action it is sent and every step it returns."""
+
+    def __init__(self, envs, first_env, trajectories):
+        self.envs, self.first, self.trajectories = envs, first_env, trajectories
+        self.observation_space, self.action_space = envs.observation_space, envs.action_space
+
+    def reset(self):
+        obs, info = self.envs.reset()
+        for i, frames in enumerate(obs):
+            self.trajectories[self.first + i].append(("reset", frames.copy()))
+        return obs, info
+
+    def send(self, action):
+        for i, a in enumerate(action):
+            self.trajectories[self.first + i].append(("action", int(a)))
+        self.envs.send(action)
+
+    def recv(self):
+        obs, reward, terminations, truncations, info = self.envs.recv()
+        for i in range(len(obs)):
+            step = (obs[i].copy(), float(reward[i]), bool(terminations[i]), bool(truncations[i]))
+            self.trajectories[self.first + i].append(("step", step, float(info["reward"][i])))
+        return obs, reward, terminations, truncations, info
+
+    def step(self, action):
+        self.send(action)
+        return self.recv()
+
+    def close(self):
+        self.envs.close()
+
+
+FLAGS = ["--num-envs", "4", "--num-steps", "16", "--total-timesteps", "192", "--num-minibatches", "2"]
+FLAGS += ["--update-epochs", "1", "--measure-burnin", "1", "--seed", "3"]
+
+
+def recorded_run(module, flags, tmp_path, monkeypatch):
+    """A run with the fixed policy and every env recorded; returns (trajectories by env id, results line, curve)."""
+    trajectories, make_env = defaultdict(list), module.make_env
+    args = main_args(module, flags, tmp_path)
+
+    def recorded_make_env(env_id, num_envs, seed, *rest):
+        return Recorder(make_env(env_id, num_envs, seed, *rest), seed - args.seed, trajectories)
+
+    monkeypatch.setattr(module, "make_env", recorded_make_env)
+    monkeypatch.setattr(module, "policy_step", fixed_policy)
+    module.main(args)
+    monkeypatch.undo()
+    return trajectories, *run_in(tmp_path)
+
+
+def same_trajectory(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g[0] == w[0]
+        if g[0] == "reset":
+            np.testing.assert_array_equal(g[1], w[1])
+        elif g[0] == "action":
+            assert g[1] == w[1]
+        else:
+            np.testing.assert_array_equal(g[1][0], w[1][0])
+            assert g[1][1:] == w[1][1:] and g[2] == w[2]
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_each_env_steps_as_without_the_overlap(mods, name, tmp_path, monkeypatch):
+    """With a policy that is a fixed function of the observation, every env (by its id across the groups) sees the
+    same observations, actions, rewards and ends with --async-envs as without; so do the update (the same losses)
+    and the return curve. A group's columns written into another's, or a group seeded as another, fails it."""
+    module = mods[name]
+    sync = recorded_run(module, FLAGS, tmp_path / "sync", monkeypatch)
+    overlap = recorded_run(module, [*FLAGS, "--async-envs", "--env-threads", "-1"], tmp_path / "async", monkeypatch)
+    (want, want_line, want_curve), (got, line, curve) = sync, overlap
+    assert sorted(got) == sorted(want) == [0, 1, 2, 3]
+    for env_id in want:
+        assert sum(kind == "action" for kind, *_ in want[env_id]) == 192 // 4  # every env stepped every step
+        same_trajectory(got[env_id], want[env_id])
+    assert line["status"] == want_line["status"] == "ok" and line["steps"] == want_line["steps"] == 192
+    assert line["losses"] == want_line["losses"]
+    assert curve == want_curve
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_the_capture_stand_in_gives_the_numbers_of_the_run_without_it_with_the_overlap_on(mods, name, tmp_path):
+    """--async-envs --cudagraphs under the CUDA-graph stand-in (each group's policy step its own graph) equals the
+    same run with every graph called directly."""
+    flags = [*PAIRS[name.removesuffix("_torchcompile")], "--async-envs"]
+    want_line, want_curve = run_main(mods[name], flags, tmp_path / "plain", cudagraphs="uncaptured")
+    line, curve = run_main(mods[name], flags, tmp_path / "captured", cudagraphs=True)
+    assert line["status"] == want_line["status"] == "ok"
+    assert (line["steps"], line["episodes"], curve) == (want_line["steps"], want_line["episodes"], want_curve)
+    assert line["losses"] == want_line["losses"]
+
+
+# With --async-envs at the regression flags (10 iterations of 2 envs x 32 steps: two groups of one env), the host reads
+# of the pair's own budget (its test file) but for the actions: one read a group a step, 2 x 320
+OVERLAP_READS = {
+    "pqn_atari_envpool_torchcompile": {
+        "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": 10,
+        "__bool__ at pqn_atari_envpool_torchcompile.py: optimizer = optim.RAdam(": 1,
+    },
+    "ppo_atari_envpool_torchcompile": {
+        "tolist at ppo_atari_envpool_torchcompile.py: *logged, explained_var = torch.cat(logged).tolist()": 10,
+        "__bool__ at ppo_atari_envpool_torchcompile.py: optimizer = optim.Adam(": 1,
+    },
+}
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_host_reads_with_the_overlap_are_one_action_read_a_group(mods, name, tmp_path):
+    send = f"{name}.py: env_groups[group].send(action.cpu().numpy())"
+    want = {f"cpu at {send}": 640, f"numpy at {send}": 640, **OVERLAP_READS[name]}
+    with host_reads() as reads:
+        line, _ = run_main(mods[name], [*PAIRS[name.removesuffix("_torchcompile")], "--async-envs"], tmp_path)
+    assert line["status"] == "ok" and line["steps"] == 640
+    assert dict(reads) == want
+
+
+def test_env_threads_minus_one_are_the_cores_this_process_may_use(mods, monkeypatch):
+    import os
+
+    import envpool
+
+    made = []
+    monkeypatch.setattr(envpool, "make", lambda *args, **kwargs: made.append(kwargs["num_threads"]))
+    for name in TWINS:
+        mods[name].make_env("Breakout-v5", 2, 1, -1)
+        mods[name].make_env("Breakout-v5", 2, 1)
+        mods[name].make_env("Breakout-v5", 2, 1, 3)
+    assert made == [len(os.sched_getaffinity(0)), 0, 3] * 2
+
+
+BAD_INPUTS = [
+    (("--async-envs", "True", "--num-envs", "3"), "--async-envs"),
+    (("--env-threads", "-2"), "--env-threads"),
+]
+
+
+@pytest.mark.parametrize("name", TWINS)
+@pytest.mark.parametrize("flags,flag", BAD_INPUTS, ids=[flag for _, flag in BAD_INPUTS])
+def test_bad_input_exits_2_with_one_line(mods, name, flags, flag, capsys, tmp_path):
+    args = args_from_flags(mods[name], flags)
+    assert_main_exits_2_with_one_line(mods[name], name, args, flag, capsys, tmp_path)
