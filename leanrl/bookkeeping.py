@@ -55,7 +55,8 @@ def check_flags(script, args, positive=()):
             fail(script, f"--eval-episodes must be positive, got {args.eval_episodes}")
         return
     for name, value in vars(args).items():
-        if (name in positive or name.endswith(("learning_rate", "_lr"))) and value is not None and not value > 0:
+        rate = name.endswith(("learning_rate", "_lr")) and not isinstance(value, bool)  # not --anneal-lr's switch
+        if (name in positive or rate) and value is not None and not value > 0:
             fail(script, f"--{name.replace('_', '-')} must be positive, got {value}")
 
 

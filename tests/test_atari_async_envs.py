@@ -175,6 +175,17 @@ def test_env_threads_minus_one_are_the_cores_this_process_may_use(mods, monkeypa
     assert made == [len(os.sched_getaffinity(0)), 0, 3] * 2
 
 
+@pytest.mark.parametrize("name", TWINS)
+def test_the_fast_configuration_passes_the_twins_checks(mods, name, tmp_path):
+    """FAST_FLAGS parse into the twin's Args and pass its checks (--no-anneal-lr once failed the check that learning
+    rates are positive): check_args returns, nothing exits."""
+    import shlex
+
+    args = main_args(mods[name], shlex.split(mods[name].FAST_FLAGS), tmp_path)
+    assert args.async_envs and args.env_threads == -1 and args.num_envs % 2 == 0
+    mods[name].check_args(args)
+
+
 BAD_INPUTS = [
     (("--async-envs", "True", "--num-envs", "3"), "--async-envs"),
     (("--env-threads", "-2"), "--env-threads"),

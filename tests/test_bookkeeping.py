@@ -297,6 +297,20 @@ def test_check_flags_refuses_bad_input_with_one_line_and_exit_2(change, flag, ca
     assert err.startswith("test_script.py: error: ") and flag in err
 
 
+@dataclass
+class LrArgs(Args):
+    anneal_lr: bool = True
+    policy_lr: float = 3e-4
+
+
+def test_check_flags_takes_anneal_lr_for_a_switch_and_other_lr_flags_for_rates(capsys):
+    """--no-anneal-lr (a boolean named like a rate) is no rate to check; --policy-lr 0 is refused."""
+    bk.check_flags("test_script.py", LrArgs(anneal_lr=False), positive=("num_envs",))  # returns: no exit
+    with pytest.raises(SystemExit) as exit_info:
+        bk.check_flags("test_script.py", LrArgs(anneal_lr=False, policy_lr=0.0), positive=("num_envs",))
+    assert exit_info.value.code == 2 and "--policy-lr must be positive" in capsys.readouterr().err
+
+
 def test_results_file_under_a_file_is_refused_without_creating_anything(tmp_path, capsys):
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(SystemExit):
