@@ -85,16 +85,18 @@ def cores():
 class Ledger:
     """Where a run's time goes. begin() and end() bound an iteration, targets() ends its rollout; env() and policy()
     add the seconds of one call to the current iteration's phase (calls outside an iteration, the first reset, are
-    kept apart)."""
+    kept apart). cpu_clock: the process's CPU time (every thread's: envpool's workers run in this process), read at
+    the same points, to say how much of the wall time the process had the cores (other jobs on the machine lower it)."""
 
-    def __init__(self, clock=time.perf_counter):
-        self.clock = clock
+    def __init__(self, clock=time.perf_counter, cpu_clock=time.process_time):
+        self.clock, self.cpu_clock = clock, cpu_clock
         self.iterations = []
         self.outside = Counter()  # env seconds outside any iteration
         self.current = None
 
     def begin(self):
         self.current = {"start": self.clock(), "targets": None, "end": None, "phase": "rollout"}
+        self.current["cpu_start"] = self.cpu_clock()
         self.current.update(env_s=0.0, policy_s=0.0, update_env_s=0.0, actions=0, calls=Counter(), actions_per_call=[])
         self.iterations.append(self.current)
 
@@ -104,7 +106,7 @@ class Ledger:
 
     def end(self):
         if self.current is not None:
-            self.current["end"] = self.clock()
+            self.current["end"], self.current["cpu_end"] = self.clock(), self.cpu_clock()
             self.current = None
 
     def env(self, name, seconds, actions=None):
@@ -136,6 +138,7 @@ class Ledger:
         env, policy = sum(it["env_s"] for it in done), sum(it["policy_s"] for it in done)
         actions = sum(it["actions"] for it in done)
         calls = sum((it["calls"] for it in done), Counter())
+        cpu = sum(it["cpu_end"] - it["cpu_start"] for it in done)
         return {
             "iterations": len(done),
             "actions": actions,
@@ -152,6 +155,8 @@ class Ledger:
             "env_share": env / rollout,
             "policy_share": policy / rollout,
             "other_share": (rollout - env - policy) / rollout,
+            "cpu_s": cpu,
+            "cpu_per_wall": cpu / (rollout + update),
         }
 
 
@@ -219,9 +224,10 @@ def env_alone(module, num_envs, threads, warmup_s, window_s, seed=1):
     while time.perf_counter() < deadline:
         step()
     first = next(turn)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     median_us, reps = time_call(step, CPU, budget_s=window_s, max_reps=10**7, min_reps=3)
     wall, calls = time.perf_counter() - start, next(turn) - first - 1
+    cpu = time.process_time() - cpu_start
     envs.close()
     return {
         "num_envs": num_envs,
@@ -230,6 +236,7 @@ def env_alone(module, num_envs, threads, warmup_s, window_s, seed=1):
         "steps_per_s": num_envs * 1e6 / median_us,
         "mean_steps_per_s": num_envs * calls / wall,  # the window's calls and time_call's warm-up calls, all counted
         "timed_calls": reps,
+        "cpu_per_wall": cpu / wall,  # envpool's threads and this one, over the window
     }
 
 
@@ -379,22 +386,24 @@ def to_markdown(report):
         f"Cores this process could use: {report['cores']}; envpool threads: that many; commit {report['commit']}.",
         "",
         "| num-envs | env alone steps/s | twin | rollout steps/s | × env alone | env % | policy % | other host % "
-        "| other host ms/step | update s/iter | iteration steps/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| other host ms/step | update s/iter | iteration steps/s | CPU/wall: env alone, twin |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["env_alone"]:
         if not any(t["num_envs"] == r["num_envs"] for t in report["twins"]):
-            lines.append(f"| {r['num_envs']} | {_n(r['steps_per_s'])} | — | | | | | | | | |")
+            lines.append(f"| {r['num_envs']} | {_n(r['steps_per_s'])} | — | | | | | | | | | {r['cpu_per_wall']:.2f} |")
     order = list(TWINS)
     for t in sorted(report["twins"], key=lambda t: (t["num_envs"], order.index(t["twin"]))):
         alone = env.get(t["num_envs"])
         steps = t["iterations"] * t["num_steps"]
         ratio = f"{t['rollout_sps'] / alone['steps_per_s']:.2f}" if alone else "—"
+        use = f"{alone['cpu_per_wall']:.2f}, " if alone else "—, "
         lines.append(
             f"| {t['num_envs']} | {_n(alone['steps_per_s']) if alone else '—'} | {t['twin']} | {_n(t['rollout_sps'])} "
             f"| {ratio} "
             f"| {100 * t['env_share']:.0f} | {100 * t['policy_share']:.0f} | {100 * t['other_share']:.0f} "
-            f"| {1e3 * t['other_s'] / steps:.2f} | {t['update_s_per_iteration']:.2f} | {_n(t['iteration_sps'])} |"
+            f"| {1e3 * t['other_s'] / steps:.2f} | {t['update_s_per_iteration']:.2f} | {_n(t['iteration_sps'])} "
+            f"| {use}{t['cpu_per_wall']:.2f} |"
         )
     twins = {t["twin"]: t for t in report["twins"]}
     flags = "; ".join(
@@ -417,7 +426,9 @@ def to_markdown(report):
         "Rollout: an iteration's start to its targets call; env % = inside the env's "
         "step/send/recv/reset; policy % = inside policy_step; other host = the rest of the rollout (actions to numpy, "
         "uploads, episode bookkeeping), also per vector step; update = the targets call to the iteration's end "
-        "(bootstrap and returns, the epochs, the log point); iteration steps/s = rollout and update together.",
+        "(bootstrap and returns, the epochs, the log point); iteration steps/s = rollout and update together; "
+        "CPU/wall = the process's CPU seconds (all its threads) over wall seconds, in the env alone's window and the "
+        "twin's measured iterations: at most the cores it may use, lower where it waited or other jobs had the cores.",
         "",
         f"Command: `{report['command']}`; total {report['wall_s']:.0f} s.",
         "",
@@ -434,7 +445,7 @@ def parse_args(argv=None):
     p.add_argument("--iterations", type=int, default=2, help="iterations a twin runs, the warm-up ones included")
     p.add_argument("--warmup", type=int, default=1, help="iterations left out")
     p.add_argument(
-        "--min-steps", type=int, default=4096, help="more iterations where the measured ones would step fewer envs"
+        "--min-steps", type=int, default=2048, help="more iterations where the measured ones would step fewer envs"
     )
     p.add_argument("--window", type=float, default=3.0, help="seconds the env alone is timed (after --env-warmup)")
     p.add_argument("--env-warmup", type=float, default=1.0, help="seconds the env alone steps first")

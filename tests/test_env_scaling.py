@@ -23,7 +23,7 @@ class FakeClock:
 
 def test_the_ledger_sums_each_phase_after_the_warm_up():
     clock = FakeClock()
-    ledger = env_scaling.Ledger(clock)
+    ledger = env_scaling.Ledger(clock, cpu_clock=lambda: clock.now / 2)  # the process had half the wall time
     ledger.env("reset", 0.5)  # before the first iteration: kept apart
     for start in (10.0, 20.0, 40.0):  # three iterations, the first a warm-up
         clock.now = start
@@ -46,6 +46,7 @@ def test_the_ledger_sums_each_phase_after_the_warm_up():
     assert s["rollout_sps"] == pytest.approx(3.0) and s["iteration_sps"] == pytest.approx(1.2)
     assert s["env_share"] == pytest.approx(0.3) and s["update_s_per_iteration"] == pytest.approx(3.0)
     assert s["env_calls"] == {"send": 4, "recv": 6}
+    assert s["cpu_s"] == pytest.approx(5.0) and s["cpu_per_wall"] == pytest.approx(0.5)
     assert ledger.outside == {"reset": 0.5}
     with pytest.raises(ValueError):
         ledger.summary(warmup=3)
