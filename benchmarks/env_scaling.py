@@ -103,6 +103,7 @@ class Ledger:
     def targets(self):
         if self.current is not None and self.current["targets"] is None:
             self.current["targets"], self.current["phase"] = self.clock(), "update"
+            self.current["cpu_targets"] = self.cpu_clock()
 
     def end(self):
         if self.current is not None:
@@ -139,6 +140,7 @@ class Ledger:
         actions = sum(it["actions"] for it in done)
         calls = sum((it["calls"] for it in done), Counter())
         cpu = sum(it["cpu_end"] - it["cpu_start"] for it in done)
+        rollout_cpu = sum(it["cpu_targets"] - it["cpu_start"] for it in done)
         return {
             "iterations": len(done),
             "actions": actions,
@@ -157,6 +159,8 @@ class Ledger:
             "other_share": (rollout - env - policy) / rollout,
             "cpu_s": cpu,
             "cpu_per_wall": cpu / (rollout + update),
+            "rollout_cpu_s": rollout_cpu,
+            "rollout_steps_per_cpu_s": actions / rollout_cpu if rollout_cpu > 0 else None,
         }
 
 
@@ -237,6 +241,7 @@ def env_alone(module, num_envs, threads, warmup_s, window_s, seed=1):
         "mean_steps_per_s": num_envs * calls / wall,  # the window's calls and time_call's warm-up calls, all counted
         "timed_calls": reps,
         "cpu_per_wall": cpu / wall,  # envpool's threads and this one, over the window
+        "steps_per_cpu_s": num_envs * calls / cpu if cpu > 0 else None,
     }
 
 
@@ -385,25 +390,33 @@ def to_markdown(report):
         machine_line(report["machine"]),
         f"Cores this process could use: {report['cores']}; envpool threads: that many; commit {report['commit']}.",
         "",
-        "| num-envs | env alone steps/s | twin | rollout steps/s | × env alone | env % | policy % | other host % "
-        "| other host ms/step | update s/iter | iteration steps/s | CPU/wall: env alone, twin |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| num-envs | env alone steps/s (per CPU-s) | twin | rollout steps/s (per CPU-s) | × env alone (per CPU-s) "
+        "| env % | policy % | other host % | other host ms/step | update s/iter | CPU/wall: env alone, twin |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def rate(wall, cpu):
+        return f"{_n(wall)} ({_n(cpu)})" if cpu else _n(wall)
+
     for r in report["env_alone"]:
         if not any(t["num_envs"] == r["num_envs"] for t in report["twins"]):
-            lines.append(f"| {r['num_envs']} | {_n(r['steps_per_s'])} | — | | | | | | | | | {r['cpu_per_wall']:.2f} |")
+            alone = rate(r["steps_per_s"], r.get("steps_per_cpu_s"))
+            lines.append(f"| {r['num_envs']} | {alone} | — | | | | | | | | {r['cpu_per_wall']:.2f} |")
     order = list(TWINS)
     for t in sorted(report["twins"], key=lambda t: (t["num_envs"], order.index(t["twin"]))):
         alone = env.get(t["num_envs"])
         steps = t["iterations"] * t["num_steps"]
-        ratio = f"{t['rollout_sps'] / alone['steps_per_s']:.2f}" if alone else "—"
-        use = f"{alone['cpu_per_wall']:.2f}, " if alone else "—, "
+        ratio, use, alone_rate = "—", "—, ", "—"
+        if alone:
+            ratio = f"{t['rollout_sps'] / alone['steps_per_s']:.2f}"
+            if alone.get("steps_per_cpu_s") and t.get("rollout_steps_per_cpu_s"):
+                ratio += f" ({t['rollout_steps_per_cpu_s'] / alone['steps_per_cpu_s']:.2f})"
+            use, alone_rate = f"{alone['cpu_per_wall']:.2f}, ", rate(alone["steps_per_s"], alone.get("steps_per_cpu_s"))
+        twin_rate = rate(t["rollout_sps"], t.get("rollout_steps_per_cpu_s"))
         lines.append(
-            f"| {t['num_envs']} | {_n(alone['steps_per_s']) if alone else '—'} | {t['twin']} | {_n(t['rollout_sps'])} "
-            f"| {ratio} "
-            f"| {100 * t['env_share']:.0f} | {100 * t['policy_share']:.0f} | {100 * t['other_share']:.0f} "
-            f"| {1e3 * t['other_s'] / steps:.2f} | {t['update_s_per_iteration']:.2f} | {_n(t['iteration_sps'])} "
-            f"| {use}{t['cpu_per_wall']:.2f} |"
+            f"| {t['num_envs']} | {alone_rate} | {t['twin']} | {twin_rate} "
+            f"| {ratio} | {100 * t['env_share']:.0f} | {100 * t['policy_share']:.0f} | {100 * t['other_share']:.0f} "
+            f"| {1e3 * t['other_s'] / steps:.2f} | {t['update_s_per_iteration']:.2f} | {use}{t['cpu_per_wall']:.2f} |"
         )
     twins = {t["twin"]: t for t in report["twins"]}
     flags = "; ".join(
@@ -420,13 +433,15 @@ def to_markdown(report):
     )
     lines += [
         "",
-        "Env alone: the twin's make_env, random actions, median step after a warm-up (time_call). Twins: their main() "
+        "Env alone: the twin's make_env, random actions, median step after a warm-up (time_call; per CPU-s: the "
+        "window's steps over the process's CPU seconds). Twins: their main() "
         f"on the CPU in the fast configuration ({flags}), {report['iterations']} iterations or more (at "
         f"least {report['min_steps']:,} env steps after the warm-up), the first {report['warmup']} left out. "
         "Rollout: an iteration's start to its targets call; env % = inside the env's "
         "step/send/recv/reset; policy % = inside policy_step; other host = the rest of the rollout (actions to numpy, "
         "uploads, episode bookkeeping), also per vector step; update = the targets call to the iteration's end "
-        "(bootstrap and returns, the epochs, the log point); iteration steps/s = rollout and update together; "
+        "(bootstrap and returns, the epochs, the log point); rollout per CPU-s: its steps over the process's CPU "
+        "seconds in the rollouts; "
         "CPU/wall = the process's CPU seconds (all its threads) over wall seconds, in the env alone's window and the "
         "twin's measured iterations: at most the cores it may use, lower where it waited or other jobs had the cores.",
         "",

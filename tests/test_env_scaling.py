@@ -47,6 +47,7 @@ def test_the_ledger_sums_each_phase_after_the_warm_up():
     assert s["env_share"] == pytest.approx(0.3) and s["update_s_per_iteration"] == pytest.approx(3.0)
     assert s["env_calls"] == {"send": 4, "recv": 6}
     assert s["cpu_s"] == pytest.approx(5.0) and s["cpu_per_wall"] == pytest.approx(0.5)
+    assert s["rollout_cpu_s"] == pytest.approx(2.0) and s["rollout_steps_per_cpu_s"] == pytest.approx(6.0)
     assert ledger.outside == {"reset": 0.5}
     with pytest.raises(ValueError):
         ledger.summary(warmup=3)
