@@ -345,6 +345,12 @@ def rejected(module, args):
     return False
 
 
+def fast_args(twin):
+    """The twin's Args in its fast configuration, as FAST_FLAGS gives them."""
+    module = load_script(TWINS[twin][0])
+    return tyro.cli(module.Args, args=shlex.split(module.FAST_FLAGS))
+
+
 def twin_rollout(
     twin, num_envs, iterations, warmup, num_steps=None, compile=False, async_envs=None, min_steps=0, module=None
 ):
@@ -445,6 +451,19 @@ def to_markdown(report):
         "CPU/wall = the process's CPU seconds (all its threads) over wall seconds, in the env alone's window and the "
         "twin's measured iterations: at most the cores it may use, lower where it waited or other jobs had the cores.",
         "",
+        *(
+            [
+                f"Not run (--max-batch {report['max_batch']:,}): "
+                + ", ".join(
+                    f"{k['twin']} at {k['num_envs']} envs ({k['batch']:,} steps an iteration)"
+                    for k in report["skipped"]
+                )
+                + "."
+            ]
+            if report.get("skipped")
+            else []
+        ),
+        *([] if report.get("complete", True) else ["Partial: the run stopped before its last row."]),
         f"Command: `{report['command']}`; total {report['wall_s']:.0f} s.",
         "",
     ]
@@ -465,6 +484,9 @@ def parse_args(argv=None):
     p.add_argument("--window", type=float, default=3.0, help="seconds the env alone is timed (after --env-warmup)")
     p.add_argument("--env-warmup", type=float, default=1.0, help="seconds the env alone steps first")
     p.add_argument("--no-env", action="store_true", help="skip the env alone")
+    p.add_argument(
+        "--max-batch", type=int, default=None, help="skip a twin where num_envs x num_steps is larger (time on a CPU)"
+    )
     p.add_argument("--compile", action="store_true", help="the twins with --compile")
     p.add_argument(
         "--async-envs",
@@ -502,18 +524,26 @@ def main(argv=None):
         "iterations": args.iterations,
         "warmup": args.warmup,
         "min_steps": args.min_steps,
+        "max_batch": args.max_batch,
         "env_alone": [],
         "twins": [],
+        "skipped": [],
+        "complete": False,  # written after each twin's row; true once every row is in
     }
     first = load_script(TWINS[args.twins[0]][0])
+    tag = args.tag or ("cpu_quick" if args.quick else "cpu")
+    async_envs = {"flags": None, "on": True, "off": False}[args.async_envs]
     for num_envs in args.num_envs:
         if not args.no_env:
             row = env_alone(first, num_envs, cores(), args.env_warmup, args.window)
             report["env_alone"].append(row)
             print(f"env alone {num_envs:4d} envs: {row['steps_per_s']:9,.0f} steps/s", file=sys.stderr, flush=True)
         for twin in args.twins:
+            batch = num_envs * (args.num_steps or fast_args(twin).num_steps)
+            if args.max_batch and batch > args.max_batch:
+                report["skipped"].append({"twin": twin, "num_envs": num_envs, "batch": batch})
+                continue
             t0 = time.perf_counter()
-            async_envs = {"flags": None, "on": True, "off": False}[args.async_envs]
             row = twin_rollout(
                 twin, num_envs, args.iterations, args.warmup, args.num_steps, args.compile, async_envs, args.min_steps
             )
@@ -525,11 +555,18 @@ def main(argv=None):
                 file=sys.stderr,
                 flush=True,
             )
+            if write_or_refuse(
+                {**report, "wall_s": time.perf_counter() - start},
+                args.out,
+                tag,
+                prefix="env_scaling",
+                render=to_markdown,
+            ):
+                return 2  # a quick run where a full report is: refused before the work, not after
+    report["complete"] = True
     report["wall_s"] = time.perf_counter() - start
     report["machine"]["load_average_at_end"] = os.getloadavg()[0]
-    text = to_markdown(report)
-    print(text)
-    tag = args.tag or ("cpu_quick" if args.quick else "cpu")
+    print(to_markdown(report))
     return write_or_refuse(report, args.out, tag, prefix="env_scaling", render=to_markdown)
 
 
