@@ -413,3 +413,17 @@ def fake_wandb(monkeypatch):
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
     return fake
+
+
+def pytest_collection_finish(session):
+    """A pointer, not a red herring: several test files in one pytest process share compiled code and compiler state
+    (one script's compiled functions, another's recompiles), and a few tests fail for that alone. tests/run_all.py
+    runs each file in its own process; one file at a time is fine."""
+    files = {item.path for item in session.items}
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if len(files) > 1 and reporter is not None:
+        reporter.write_line(
+            f"leanrl: {len(files)} test files in one process: compiled code and compiler state cross between them and "
+            "some tests fail for that alone; python3 tests/run_all.py runs each file in its own process",
+            yellow=True,
+        )
