@@ -59,9 +59,9 @@ class Args:
     """the number of episodes an evaluation plays"""
     eval_epsilon: float = 0.05
     """the exploration rate of an evaluation (the end of the training schedule)"""
-    compile: bool = False  # (trick: --compile and --cudagraphs switch on torch.compile and CUDA graphs)
+    compile: bool = False  # (trick: --compile compiles the rollout step, env and policy, see main)
     """whether to use torch.compile on the rollout step (env and policy), the Q(lambda) returns and the update"""
-    cudagraphs: bool = False
+    cudagraphs: bool = False  # (trick: the whole iteration, one CUDA graph, see `iteration`)
     """whether to capture the whole iteration as one CUDA graph (tensordict's CudaGraphModule); needs CUDA"""
 
     # Algorithm specific arguments
@@ -408,6 +408,7 @@ def main(args):
                              env["state"], env["done"])  # fmt: skip
         update_fn = partial(update_fn, q_network, optimizer, obs.flatten(0, 1), actions.view(-1), returns.view(-1),
                             max_grad_norm=args.max_grad_norm)  # fmt: skip
+        # (trick: the iteration's pieces bound into one function of no input)
         iteration_fn = partial(iteration, rollout, returns_fn, update_fn, step_index, batch_size, minibatch_size,
                                args.update_epochs)  # fmt: skip
         if args.cudagraphs:
@@ -421,7 +422,7 @@ def main(args):
         for iteration_number in run.progress(range(1, num_iterations + 1)):  # (trick: `iteration` is the function)
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
-                frac = 1.0 - (iteration_number - 1.0) / num_iterations
+                frac = 1.0 - (iteration_number - 1.0) / num_iterations  # (trick: `iteration` is the function)
                 optimizer["lr"].fill_(frac * args.learning_rate)  # (trick: in place, the graphs read this tensor)
 
             # ALGO LOGIC: action logic
@@ -446,6 +447,7 @@ def main(args):
             run.tick(global_step)
             run.report(global_step, {"losses/td_loss": losses["td_loss"], "losses/q_values": losses["q_values"],
                                      "charts/learning_rate": losses["learning_rate"]})  # fmt: skip
+        # (trick: no envs to close: the tensor env is freed with the run)
 
 
 if __name__ == "__main__":
