@@ -45,13 +45,21 @@ def gym_one_steps(states, elapsed, actions):
 
 def random_states(n, seed):
     """States on both sides of every threshold (x 2.4, theta 12 degrees), velocities that cross them in one step, and
-    episodes 0 to 499 steps old, a fifth of them one to three steps from the 500-step limit."""
+    episodes 0 to 499 steps old, a fifth of them one to four steps from the 500-step limit."""
     g = torch.Generator().manual_seed(seed)
     scale = torch.tensor([2.6, 3.0, 0.25, 3.5])
     states = (torch.rand(n, 4, generator=g) * 2 - 1) * scale
     elapsed = torch.randint(0, 500, (n,), generator=g)
     near_limit = torch.rand(n, generator=g) < 0.2
     elapsed = torch.where(near_limit, torch.randint(496, 500, (n,), generator=g), elapsed)
+    # and states at rest a hair inside and outside each threshold (x or theta unchanged by the step): an off-by-a-little
+    # threshold, or > for >=, fails on these
+    theta_limit = 12 * 2 * math.pi / 360
+    edges = torch.tensor([sign * limit * (1 + d) for limit in (2.4, theta_limit) for sign in (-1, 1)
+                          for d in (-1e-3, -1e-4, 1e-4, 1e-3)])  # fmt: skip
+    for i, value in enumerate(edges.tolist()):
+        coordinate = 0 if i < len(edges) // 2 else 2
+        states[i, coordinate], states[i, coordinate + 1] = value, 0.0
     return states, elapsed, torch.randint(0, 2, (n,), generator=g)
 
 
@@ -97,7 +105,8 @@ def test_one_step_from_random_states_is_gymnasiums_cartpole():
 @pytest.mark.parametrize(
     "constants",
     [dict(x_threshold=2.3), dict(theta_threshold=13 * 2 * math.pi / 360), dict(max_steps=499), dict(gravity=9.81),
-     dict(force_mag=10.5), dict(tau=0.021), dict(length=0.55), dict(masspole=0.11)],
+     dict(force_mag=10.5), dict(tau=0.021), dict(length=0.55), dict(masspole=0.11), dict(x_threshold=2.4 * (1 + 5e-4)),
+     dict(theta_threshold=12 * 2 * math.pi / 360 * (1 - 5e-4))],
     ids=lambda c: next(iter(c)),
 )  # fmt: skip
 def test_a_changed_constant_fails_the_comparison(constants):
@@ -190,28 +199,29 @@ def test_rollout_step_keeps_the_episode_statistics_on_the_device():
 # ---------------------------------------------------------------- the iteration: compiled, captured, host reads
 
 
-def test_compiled_iteration_equals_the_eager_one_and_compiles_once(tmp_path):
-    """Same seed on CPU: the run with --compile (inductor, the rollout step drawing with aten's generator) has the
-    eager run's episodes and curve and its losses to float rounding; its three graphs (rollout step, returns, update)
-    compile in the first iteration and nothing recompiles after."""
+# compiled with aot_eager in CI (Dynamo's graphs and AOTAutograd's functionalized update, run with eager's kernels);
+# inductor's kernels, which --compile runs, with -m slow (98 s on the 2-core EPYC at load average 5)
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_iteration_equals_the_eager_one_and_compiles_once(backend, tmp_path, monkeypatch):
+    """Same seed on CPU: the run with --compile (the rollout step drawing with aten's generator) has the eager run's
+    episodes and curve, and its losses to float rounding; its three graphs (rollout step, returns, update) compile in
+    the first iteration and nothing recompiles after."""
     (tmp_path / "eager").mkdir()
     (tmp_path / "compiled").mkdir()
     plain, curve = main_in_process(script, [*TINY, "--seed", "2"], tmp_path / "eager")
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    calls = []
-    compiled_iteration = script.iteration
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: compile_(fn, **{**kwargs, "backend": backend}))
+    calls, iteration = [], script.iteration
 
     def counted(*args, **kwargs):
         calls.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
         with torch._dynamo.config.patch(error_on_recompile=len(calls) > 1):
-            return compiled_iteration(*args, **kwargs)
+            return iteration(*args, **kwargs)
 
-    script.iteration = counted
-    try:
-        compiled, compiled_curve = main_in_process(script, [*TINY, "--seed", "2", "--compile"], tmp_path / "compiled")
-    finally:
-        script.iteration = compiled_iteration
+    monkeypatch.setattr(script, "iteration", counted)
+    compiled, compiled_curve = main_in_process(script, [*TINY, "--seed", "2", "--compile"], tmp_path / "compiled")
     assert calls == [0, 3, 3, 3] and torch._dynamo.utils.counters["stats"]["unique_graphs"] == 3
     assert compiled_curve == curve and compiled["episodes"] == plain["episodes"] > 50
     for key, value in plain["losses"].items():
