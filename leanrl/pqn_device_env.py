@@ -69,13 +69,16 @@ class Args:
     """the id of the environment: CartPole-v1 only (its dynamics are this file's tensor math)"""
     total_timesteps: int = 500000
     """total timesteps of the experiments, rounded down to whole iterations (num_envs x num_steps each)"""
-    learning_rate: float = 2.5e-4
+    # trick: this file's own defaults, tuned here for the fastest time to a mean of 475 on a 2-core CPU: 64 envs x 32
+    # steps, 8 minibatches of 256, 4 epochs (purejaxql's pqn_cartpole.yaml: NUM_EPOCHS 4), lr 1e-3, epsilon at its
+    # end after 12% of the steps (purejaxql: 20%). On a GPU, thousands of envs: --num-envs 4096
+    learning_rate: float = 1e-3
     """the learning rate of the optimizer"""
-    num_envs: int = 4
-    """the number of parallel game environments"""
-    num_steps: int = 128
+    num_envs: int = 64  # (trick: the tuned defaults, above)
+    """the number of parallel game environments (on the device: thousands fit)"""
+    num_steps: int = 32
     """the number of steps to run for each environment per update"""
-    num_minibatches: int = 4
+    num_minibatches: int = 8  # (trick: the tuned defaults, above)
     """the number of mini-batches"""
     update_epochs: int = 4
     """the K epochs to update the Q-network"""
@@ -87,7 +90,7 @@ class Args:
     """the starting epsilon for exploration"""
     end_e: float = 0.05
     """the ending epsilon for exploration"""
-    exploration_fraction: float = 0.5
+    exploration_fraction: float = 0.12  # (trick: the tuned defaults, above)
     """the fraction of `total-timesteps` it takes from start-e to go end-e"""
     max_grad_norm: float = 10.0
     """the maximum norm for the gradient clipping"""
