@@ -4,12 +4,13 @@
     python plots/tricks.py --check   # exit 1 if either is out of date, or a hunk of a diff has no trick comment
 
 The twin rule makes every difference between `<algo>.py` and `<algo>_torchcompile.py` a speed trick
-with a `# trick: ...` comment (and every difference between a twin and its `_distributed.py` a step of
-scaling out), so the comments are the list: docs/tricks.md gives each distinct comment once, with every
-line that carries it. The README's catalogue has one row per kind of trick (CATALOGUE below) and marks the
-scripts whose diff uses it: the lines a twin adds to its eager file (a distributed file: to its twin) are
-searched for the row's pattern, so the marks follow the code. --check also holds every hunk of those diffs to the rule
-(unexplained_hunks): a `# trick:` comment, or a pointer to one such as `# (trick: CUDA graphs)`, explains it.
+with a `# trick: ...` comment (and every difference between a twin and a third file of its family, its
+`_distributed.py` or pqn_device_env.py, one more step), so the comments are the list: docs/tricks.md gives
+each distinct comment once, with every line that carries it. The README's catalogue has one row per kind of
+trick (CATALOGUE below) and marks the scripts whose diff uses it: the lines a twin adds to its eager file (a
+third file: to its twin) are searched for the row's pattern, so the marks follow the code. --check also holds
+every hunk of those diffs to the rule (unexplained_hunks): a `# trick:` comment, or a pointer to one such as
+`# (trick: CUDA graphs)`, explains it.
 """
 
 import argparse
@@ -61,7 +62,11 @@ CATALOGUE = [
     ("one all-reduce", "the gradients averaged over the ranks in one buffer", r"all_reduce"),
     ("envs on every core", "`--env-threads -1`: a thread a core", r"sched_getaffinity"),
     ("overlapped envs", "`--async-envs`: half the envs step as the policy acts", r"\.send\("),
+    ("env on the device", "the env as tensor math: no host step", r"env on the device"),
 ]  # fmt: skip
+
+# a third file of a family, diffed against the twin it takes one step further (besides every `*_distributed.py`)
+THIRD_FILES = {"pqn_device_env.py": "pqn_torchcompile.py"}
 
 # the README's column for each pair (a script not listed here gets its file name)
 LABELS = {
@@ -75,6 +80,7 @@ LABELS = {
     "pqn": "PQN",
     "pqn_atari_envpool": "PQN Atari",
     "ppo_atari_envpool_distributed": "PPO dist.",
+    "pqn_device_env": "PQN dev.",
 }
 
 
@@ -99,11 +105,13 @@ def find_tricks(script):
 
 
 def scripts(root=ROOT):
-    """[(script, the file it is diffed against)]: each twin against its eager script, then each distributed
-    script against the twin it scales out; in the README's order (LABELS), then by name."""
+    """[(script, the file it is diffed against)]: each twin against its eager script, then each third file of a
+    family (a distributed script, THIRD_FILES) against the twin it takes further; in the README's order (LABELS),
+    then by name."""
     leanrl = Path(root) / "leanrl"
     twins = [(t, leanrl / t.name.replace("_torchcompile", "")) for t in leanrl.glob("*_torchcompile.py")]
     dist = [(d, leanrl / d.name.replace("_distributed", "_torchcompile")) for d in leanrl.glob("*_distributed.py")]
+    dist += [(leanrl / name, leanrl / twin) for name, twin in THIRD_FILES.items() if (leanrl / name).exists()]
     order = list(LABELS)
     return sorted(
         twins + dist, key=lambda pair: (order.index(_pair(pair[0])) if _pair(pair[0]) in order else 99, pair[0].name)
@@ -205,6 +213,8 @@ def tricks_doc(root=ROOT):
         title = f"### {LABELS.get(_pair(script), _pair(script))}: `{script.name}`"
         if script.name.endswith("_distributed.py"):
             title = f"### Scaling out: `{script.name}` (diff it against its twin)"
+        elif script.name in THIRD_FILES:
+            title = f"### The env on the device: `{script.name}` (diff it against `{THIRD_FILES[script.name]}`)"
         sections.append((title, own, script.name))
     for title, keys, own in sections:
         if not keys:
