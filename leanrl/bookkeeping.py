@@ -383,6 +383,7 @@ def resume_args(script, args):
 
 
 NOT_SAVED = "leanrl: not saved"
+SPEED_OPTIONS = ("capturable", "fused", "foreach")  # an optimizer's, kept from the resumed run's own
 
 
 def pack(value, name="", save_replay=True):
@@ -417,7 +418,12 @@ def unpack(live, saved):
     """Restore `saved` (as pack wrote it) into `live`, in place where `live` is an object; returns the value to use."""
     if isinstance(saved, dict) and NOT_SAVED in saved:
         return live
-    if isinstance(live, torch.nn.Module | torch.optim.Optimizer):
+    if isinstance(live, torch.optim.Optimizer):  # its speed options are this part's (a twin resumed with --cudagraphs)
+        speed = [{key: group[key] for key in SPEED_OPTIONS if key in group} for group in live.param_groups]
+        groups = [dict(group, **options) for group, options in zip(saved["param_groups"], speed)]
+        live.load_state_dict(dict(saved, param_groups=groups))
+        return live
+    if isinstance(live, torch.nn.Module):
         live.load_state_dict(saved)
         return live
     if isinstance(live, np.ndarray | torch.Tensor):

@@ -10,13 +10,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
-from conftest import ROOT, load_script, strict_json
+from conftest import ROOT, load_script, main_args, run_script, strict_json
 from gpu_standin import run_main
 
 from leanrl import bookkeeping as bk
@@ -31,7 +33,8 @@ K = 237  # the step SIGTERM stops at: after a target copy, between updates and l
 
 
 def results(folder):
-    return [strict_json(text) for text in (Path(folder) / "results.jsonl").read_text().splitlines()]
+    path = Path(folder) / "results.jsonl"
+    return [strict_json(text) for text in path.read_text().splitlines()] if path.exists() else []
 
 
 def run_folder(folder):
@@ -172,6 +175,7 @@ def test_the_state_loads_in_a_fresh_process_as_it_was_written(stopped, tmp_path)
     restored = torch.load(out, weights_only=False)
     assert at_write["parts"]["global_step"] == K and at_write["run"]["iterations"] == K
     assert len(at_write["run"]["returns"]) > 5 and at_write["parts"]["optimizer"]["state"], "nothing to compare"
+    assert "pickled_envs" in at_write["parts"]["envs"][0] and at_write["parts"]["replay"][1] == K, "left out"
     assert_same(at_write, restored)
 
 
@@ -216,3 +220,183 @@ def test_a_run_stopped_by_sigterm_and_resumed_gives_the_numbers_of_the_run_never
         _, run_dir = stopped_run(name, folder)
     main(name, ["--resume", str(run_dir)], folder)
     assert_resumed_run_is_the_whole_run(name, whole, folder, run_dir)
+
+
+def test_a_resumed_twin_under_the_capture_stand_in_equals_the_resumed_twin_uncaptured(tmp_path):
+    """One state (the twin stopped at step K) resumed twice, with --cudagraphs under the CPU capture stand-in (the
+    policy step, the update and the target copy captured again after the resume) and with the same code path
+    uncaptured: the same losses, episodes, return curve and model."""
+    _, run_dir = stopped_run(TWIN, tmp_path / "stopped")
+    lines, dirs = [], []
+    for variant in (True, "uncaptured"):
+        folder = tmp_path / str(variant)
+        dirs.append(copy_of(run_dir, folder))
+        [line] = main(TWIN, ["--resume", str(dirs[-1])], folder, cudagraphs=variant)
+        lines.append(line)
+    assert lines[0]["cudagraphs"] is True and lines[0]["status"] == "ok" and lines[0]["resumed"] == 1
+    for key in ("steps", "episodes", "mean_return", "losses", "epsilon"):
+        assert lines[0][key] == lines[1][key], key
+    curves = [[row.split(",")[::2] for row in (d / "returns.csv").read_text().splitlines()] for d in dirs]
+    assert curves[0] == curves[1] and len(curves[0]) > 10
+    models = [torch.load(d / f"{TWIN}.pt", weights_only=True)["q_network"] for d in dirs]
+    assert_same(*models, where="the saved model")
+
+
+# a prelude for the script's process: the run waits at step K until a signal came (written then: its pid, in `paused`)
+PAUSE_AT_K = f"""
+import os, time
+from pathlib import Path
+from leanrl import bookkeeping as bk
+tick = bk.Run.tick
+def pause_at_k(run, step):
+    tick(run, step)
+    if step == {K}:
+        Path("paused").write_text(str(os.getpid()))
+        while not run.stop_signal:
+            time.sleep(0.01)
+bk.Run.tick = pause_at_k
+"""
+
+
+def test_a_real_sigterm_stops_the_script_and_resume_goes_on_in_a_new_process(tmp_path):
+    """dqn.py as a subprocess gets SIGTERM at step K (it waits there for it): exit 143, an interrupted results line, a
+    state file; `dqn.py --resume RUN_FOLDER` in a new process then ends the run: exit 0, a second results line that
+    counts all 400 steps and says resumed 1, and the numbers of the run never stopped (run in this process)."""
+    whole, folder = tmp_path / "whole", tmp_path / "stopped"
+    whole.mkdir()
+    folder.mkdir()
+    with ThreadPoolExecutor(1) as pool:
+        stopped_run = pool.submit(run_script, EAGER, *SHORT, prelude=PAUSE_AT_K, tmp_path=folder)
+        main(EAGER, SHORT, whole)  # meanwhile
+        deadline = time.time() + 300
+        while not (folder / "paused").exists():
+            assert time.time() < deadline and not stopped_run.done(), "the run never reached step K"
+            time.sleep(0.05)
+        os.kill(int((folder / "paused").read_text()), signal.SIGTERM)
+        proc, lines = stopped_run.result(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    [line] = lines
+    assert line["status"] == "interrupted" and line["steps"] == K and line["message"] == "interrupted by SIGTERM"
+    assert f"training state saved to {line['run_name']}" in proc.stdout.replace(str(folder) + "/", "")
+    run_dir = folder / line["run_name"]
+    proc, lines = run_script(EAGER, "--resume", str(run_dir), tmp_path=folder)
+    assert proc.returncode == 0 and len(lines) == 2, proc.stderr[-3000:]
+    assert_resumed_run_is_the_whole_run(EAGER, whole, folder, run_dir)
+
+
+# ---------------------------------------------------------------- a kill -9 while writing, --checkpoint-every-min
+
+# a prelude: SIGTERM at step 320, and the state's write killed (SIGKILL) half way through its temporary file
+KILLED_WHILE_WRITING = """
+import io, os, signal, torch
+from leanrl import bookkeeping as bk
+tick = bk.Run.tick
+def tick_then_sigterm(run, step):
+    tick(run, step)
+    if step == 320:
+        os.kill(os.getpid(), signal.SIGTERM)
+def killed_half_way(obj, path):
+    data = io.BytesIO()
+    torch.save(obj, data)
+    path.with_name(path.name + ".tmp").write_bytes(data.getvalue()[: len(data.getvalue()) // 2])
+    os.kill(os.getpid(), signal.SIGKILL)
+bk.Run.tick, bk.atomic_save = tick_then_sigterm, killed_half_way
+"""
+
+
+def test_a_kill_while_the_state_is_written_leaves_the_previous_state_whole(stopped, tmp_path, capsys):
+    """A resumed run killed (SIGKILL) half way through writing its next state: the state it resumed from is there
+    byte for byte and loads; the next resume drops the episodes the curve got after that state (at its total here)."""
+    run_dir = copy_of(stopped[0], tmp_path)
+    before = (run_dir / bk.STATE_FILE).read_bytes()
+    proc, _ = run_script(EAGER, "--resume", str(run_dir), prelude=KILLED_WHILE_WRITING, tmp_path=tmp_path)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert (run_dir / f"{bk.STATE_FILE}.tmp").stat().st_size > 0  # the half-written file it was killed in
+    assert (run_dir / bk.STATE_FILE).read_bytes() == before
+    _, blob = bk.read_state(f"{EAGER}.py", run_dir)
+    episodes = len(blob["run"]["returns"])
+    rows = (run_dir / "returns.csv").read_text().splitlines()
+    assert blob["run"]["steps"] == K and len(rows) - 1 > episodes  # episodes ended between K and the kill
+    capsys.readouterr()
+    assert main(EAGER, ["--resume", str(run_dir), "--total-timesteps", str(K)], tmp_path) == []
+    assert "is already at its total (237 steps" in capsys.readouterr().out
+    assert (run_dir / "returns.csv").read_text().splitlines() == rows[: 1 + episodes]
+
+
+def test_checkpoint_every_min_writes_during_the_run_and_no_save_replay_leaves_the_memory_out(tmp_path, capsys):
+    """--checkpoint-every-min 0.0002 (12 ms): states written during the run and, the run having written one, at its
+    end; --no-save-replay: no replay memory in them, said when written and when resumed; --total-timesteps raised on
+    resume: the run goes on from an empty memory to the new total."""
+    written, write = [], bk.Run.write_state
+
+    def counted(run):
+        written.append(run.steps)
+        write(run)
+
+    flags = [*SHORT, "--checkpoint-every-min", "0.0002", "--no-save-replay"]
+    with mock.patch.object(bk.Run, "write_state", counted):
+        [line] = main(EAGER, flags, tmp_path)
+    assert line["status"] == "ok" and written[-1] == 400 and 0 < min(written) < 400, written
+    run_dir = run_folder(tmp_path)
+    blob = torch.load(run_dir / bk.STATE_FILE, weights_only=True)
+    assert blob["state"]["replay"] == {bk.NOT_SAVED: "--no-save-replay"} and blob["state"]["global_step"] == 400
+    out = capsys.readouterr().out
+    assert out.count("replay not saved, --no-save-replay: a resumed run starts with an empty replay memory") == 1
+    lines = main(EAGER, ["--resume", str(run_dir), "--total-timesteps", "500"], tmp_path)
+    assert [line["status"] for line in lines] == ["ok", "ok"] and lines[1]["steps"] == 500, lines[1]
+    assert lines[1]["total_timesteps"] == 500 and lines[1]["resumed"] == 1 and lines[1]["episodes"] > line["episodes"]
+    assert (
+        "resumed without its replay (--no-save-replay): it starts with an empty replay memory"
+        in capsys.readouterr().out
+    )
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2, nothing overwritten
+
+
+def edited(run_dir, folder, edit):
+    """A copy of the run's state file with edit(contents) applied."""
+    blob = torch.load(run_dir / bk.STATE_FILE, weights_only=True)
+    edit(blob)
+    torch.save(blob, folder / "edited.pt")
+    return folder / "edited.pt", []
+
+
+BAD = {
+    "missing path": (lambda d, t: (t / "nowhere", []), "--resume {}: no such file or folder"),
+    "folder without a state": (lambda d, t: (t, []), "holds no state.pt"),
+    "truncated file": (
+        lambda d, t: ((t / "cut.pt").write_bytes((d / "state.pt").read_bytes()[:5000]) and (t / "cut.pt"), []),
+        "the state file is truncated or corrupt",
+    ),
+    "not a state": (lambda d, t: (d / "dqn.pt", []), "is not a training state that a leanrl run wrote"),
+    "another script's": (
+        lambda d, t: edited(d, t, lambda blob: blob.update(script="dqn_torchcompile.py")),
+        "is the state of a dqn_torchcompile.py run, not of dqn.py",
+    ),
+    "another network shape": (
+        lambda d, t: edited(
+            d, t, lambda blob: blob["state"]["q_network"].update({"network.0.weight": torch.ones(64, 4)})
+        ),
+        "its q_network does not fit this run's",
+    ),
+    "a changed hyper-parameter": (lambda d, t: (d, ["--learning-rate", "0.001"]), "--learning-rate 0.001 would change"),
+    "another env": (lambda d, t: (d, ["--env-id", "Acrobot-v1"]), "--env-id Acrobot-v1 would change the resumed run"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_resume_input_exits_2_with_one_line_and_overwrites_nothing(case, stopped, tmp_path, capsys):
+    make, message = BAD[case]
+    run_dir = copy_of(stopped[0], tmp_path / "run")
+    (tmp_path / "empty").mkdir()
+    path, flags = make(run_dir, tmp_path / "empty")
+    files = {p: p.read_bytes() for p in run_dir.iterdir()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        MODULES[EAGER].main(main_args(MODULES[EAGER], ["--resume", str(path), *flags], tmp_path))
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("dqn.py: error: ") and message.format(path) in err[0], err
+    assert not (tmp_path / "results.jsonl").exists()
+    assert {p: p.read_bytes() for p in run_dir.iterdir()} == files
