@@ -3,14 +3,18 @@
 What is here: flag and env-family checks (one clear line, exit code 2), the results line (strict JSON with the
 hardware and the commit it ran on), the return curve `returns.csv`, the steps/s meter, the progress bar, the end-of-run
 summary line, divergence/interrupt/error handling (Ctrl-C and a scheduler's SIGTERM alike), atomic checkpoints, the
-episode loop of `--eval-checkpoint` and what `--capture-video` needs.
+training state a stopped run goes on from (`--resume`), the episode loop of `--eval-checkpoint` and what
+`--capture-video` needs.
 """
 
 import importlib.util
+import itertools
 import json
 import math
 import os
+import pickle
 import platform
+import random
 import signal
 import subprocess
 import sys
@@ -18,7 +22,7 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,6 +47,10 @@ def fail(script, message):
 def check_flags(script, args, positive=()):
     """The checks every script shares; the flags named in `positive` must be > 0. Also drops known warnings."""
     warnings.filterwarnings("ignore", message=".*is out of date", category=DeprecationWarning)  # CleanRL's -v4 envs
+    if getattr(args, "resume", None) is not None:  # first: the flags the run was started with are the ones checked
+        resume_args(script, args)
+    if getattr(args, "checkpoint_every_min", 0) < 0:
+        fail(script, f"--checkpoint-every-min must not be negative, got {args.checkpoint_every_min}")
     if getattr(args, "cudagraphs", False) and not (args.cuda and torch.cuda.is_available()):
         fail(script, "--cudagraphs needs CUDA, and none is available")
     if args.measure_burnin < 0:
@@ -235,12 +243,21 @@ def game_returns(running_returns, raw_rewards, game_over):
 # ---------------------------------------------------------------- checkpoints
 
 
-def save_checkpoint(path, args, **state):
-    """Write {"args": ..., **state} atomically: a temporary file, then a rename, so a reader never sees half of it."""
+def atomic_save(obj, path):
+    """torch.save(obj, path) atomically: a temporary file, on disk, then a rename, so a reader never sees half of it and
+    a process killed while writing (kill -9, a node lost) leaves the previous file whole."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"args": asdict(args), **state}, tmp)
+    with tmp.open("wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def save_checkpoint(path, args, **state):
+    """Write {"args": ..., **state} atomically (atomic_save)."""
+    atomic_save({"args": asdict(args), **state}, path)
     print(f"model saved to {path}")
 
 
@@ -254,6 +271,204 @@ def load_checkpoint(script, path, *keys):
     if missing:
         fail(script, f"--eval-checkpoint {path} is not a checkpoint of this script (no {', '.join(missing)})")
     return checkpoint
+
+
+# ---------------------------------------------------------------- a stopped run goes on
+# How a script makes its run resumable (DQN's lines; every script names its own state the same way):
+#
+#     class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min, --save-replay / --no-save-replay
+#     ...
+#     with bk.Run(__file__, args, device) as run:
+#         ...  # envs, networks, optimizers, replay memory, compiled and captured functions: built as in a new run
+#         run.state = lambda: dict(q_network=q_network, target_network=target_network, optimizer=optimizer,
+#                                  global_step=global_step, stats=stats, envs=(envs, obs), replay=(buffer, count))
+#         global_step, stats, (_, obs), (_, count) = run.resume("global_step", "stats", "envs", "replay")
+#         for iteration in run.progress(range(num_iterations)):  # a resumed run starts at the first iteration not done
+#
+# - `run.state`: a function that returns the training state by name, called when the state is written (the lambda
+#   reads the script's variables as they are then). What a name may hold: an nn.Module or an optimizer (their
+#   state_dicts), a tensor or a numpy array (restored in place, so views of it, a compiled or captured function's
+#   inputs, stay valid), a dict, tuple or list of these, a number, a gymnasium vector env (its sub-envs pickled, if
+#   they pickle: the episodes under way go on). Two names have a meaning: `envs`, the vector env with what belongs to
+#   its episodes (the last obs, an LSTM state, running game scores), restored all together or, where the envs cannot
+#   be saved (envpool's games), not at all: the resumed run then starts new episodes from its own reset; and `replay`,
+#   the replay memory with its fill count, priorities or stored states, which --no-save-replay leaves out (the resumed
+#   run starts from an empty memory and the values the script made).
+# - `run.resume(*names)`: with --resume, restores every named part (modules, optimizers, arrays and envs in place),
+#   then the RNGs (Python's `random`, numpy's, torch's CPU and CUDA ones) and returns the saved values of `names` (as
+#   operator.itemgetter: one value for one name); without it, returns their values now, so a new run passes through.
+#   Call it once everything is built and warmed up, right before the loop: what draws random numbers before it (the
+#   networks' init, a reset) is undone by the RNG states it restores.
+# - Run writes the state into the run folder (`run.state_path`, state.pt) atomically, at an iteration's end, i.e.
+#   where the loop of `run.progress` asks for its next iteration: when SIGTERM or Ctrl-C came during the iteration
+#   (the run then ends "interrupted", its results line written as before; a second signal before the iteration's end
+#   stops the run at once and writes no state, one while the state is written is not acted on), every
+#   --checkpoint-every-min minutes, and at the end of a run that went well with --save-model (or that has written a
+#   state before, so that the folder's state is always the latest). A run with `deferred_stop` writes it in
+#   `run.stop_for`, where the script stops it.
+# - `--resume PATH` (a run folder or its state file): check_flags reads the state first, so that every check sees the
+#   flags the run was started with; a flag left at its default takes the saved value (so one given at its default
+#   does too); a flag given with another value is refused unless it is in MAY_CHANGE (--total-timesteps may be
+#   raised, --compile switched on, the results go to another file). The run keeps its name and folder (the
+#   folder that holds the state file), appends to its returns.csv (rows after the state's last episode, written
+#   before a kill -9, are dropped), and writes one results line at its end that counts the steps, episodes and wall
+#   time of every part, with `resumed`, the number of resumes. steps/s leaves out --measure-burnin iterations again
+#   after a resume (a twin compiles and captures again there). A run already at its total prints one line, exit 0.
+
+STATE_FILE = "state.pt"
+STATE_FORMAT = "leanrl training state 1"
+# flags a resumed run may be given with new values: they change neither the algorithm nor a shape (a speed trick, the
+# budget, where and what is written)
+MAY_CHANGE = {
+    "resume", "checkpoint_every_min", "save_replay", "save_model", "total_timesteps", "track", "wandb_project_name",
+    "wandb_entity", "results_file", "measure_burnin", "cuda", "compile", "cudagraphs", "capture_video",
+    "torch_deterministic", "eval_checkpoint", "eval_episodes", "eval_epsilon",
+}  # fmt: skip
+_RESUMING = {}  # id(args) -> (state file, its contents): read by check_flags, taken by the Run made with those args
+
+
+@dataclass
+class StopAndResume:
+    """The flags of a run that a signal stops and `--resume` continues (each script's Args inherits them)."""
+
+    resume: str | None = None
+    """continue the run whose training state this is (its run folder or its state.pt) to its --total-timesteps"""
+    checkpoint_every_min: float = 0.0
+    """also write the training state every this many minutes (0: only when SIGTERM or Ctrl-C stops the run)"""
+    save_replay: bool = True
+    """whether the training state holds the replay memory (--no-save-replay: a resumed run starts with it empty)"""
+
+
+class AtTotal(Exception):
+    """A resumed run is already at its total: nothing to do."""
+
+
+def read_state(script, path):
+    """The state file at `path` (a run folder or the file) and its contents, on the CPU; exit 2 if it is none."""
+    given, path = path, Path(path)
+    if not path.exists():
+        fail(script, f"--resume {given}: no such file or folder")
+    if path.is_dir():
+        path = path / STATE_FILE
+        if not path.is_file():
+            fail(script, f"--resume {given}: the folder holds no {STATE_FILE} (a run writes it when SIGTERM or Ctrl-C "
+                 "stops it, with --checkpoint-every-min, or at its end with --save-model)")  # fmt: skip
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        ok = isinstance(blob, dict) and blob.get("format") == STATE_FORMAT
+    except Exception as err:
+        fail(script, f"--resume {given}: the state file is truncated or corrupt ({type(err).__name__}: {err})"
+             .splitlines()[0])  # fmt: skip
+    if not ok:
+        fail(script, f"--resume {given} is not a training state that a leanrl run wrote")
+    if blob["script"] != Path(script).name:
+        fail(script, f"--resume {given} is the state of a {blob['script']} run, not of {Path(script).name}")
+    return path, blob
+
+
+def resume_args(script, args):
+    """--resume: read the state; the flags not given take the saved values, a given flag that changes the algorithm or
+    a shape is refused (exit 2, naming it)."""
+    path, blob = read_state(script, args.resume)
+    saved, defaults = blob["args"], asdict(type(args)())
+    for name, value in asdict(args).items():
+        if name == "resume" or name not in saved or value == saved[name]:
+            continue
+        if value == defaults[name]:  # not given (or given at its default): as the run was started
+            setattr(args, name, saved[name])
+        elif name not in MAY_CHANGE:
+            fail(script, f"--{name.replace('_', '-')} {value} would change the resumed run (it ran with "
+                 f"{saved[name]}): a run goes on with its algorithm and shapes")  # fmt: skip
+    _RESUMING[id(args)] = (path, blob)
+
+
+NOT_SAVED = "leanrl: not saved"
+SPEED_OPTIONS = ("capturable", "fused", "foreach")  # an optimizer's, kept from the resumed run's own
+
+
+def pack(value, name="", save_replay=True):
+    """The training state as torch.save writes it (weights_only loads it): state_dicts, tensors (numpy arrays as
+    tensors), numbers, the envs' state pickled into bytes; {NOT_SAVED: why} for a part left out."""
+    if name == "replay" and not save_replay:
+        return {NOT_SAVED: "--no-save-replay"}
+    if isinstance(value, torch.nn.Module | torch.optim.Optimizer):
+        return value.state_dict()
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, dict):
+        return {key: pack(part) for key, part in value.items()}
+    if isinstance(value, tuple | list):
+        parts = [pack(part) for part in value]
+        left_out = [part for part in parts if isinstance(part, dict) and NOT_SAVED in part]
+        return left_out[0] if left_out else type(value)(parts)  # a group is saved whole or not at all
+    if hasattr(value, "step") and hasattr(value, "reset"):  # a vector env: its sub-envs, without the env makers
+        try:
+            data = pickle.dumps({key: part for key, part in vars(value).items() if key != "env_fns"})
+        except Exception as err:
+            return {NOT_SAVED: f"the envs cannot be saved ({type(err).__name__})"}
+        return {"pickled_envs": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"the training state cannot hold {name or 'a part'} of type {type(value).__name__}")
+
+
+def unpack(live, saved):
+    """Restore `saved` (as pack wrote it) into `live`, in place where `live` is an object; returns the value to use."""
+    if isinstance(saved, dict) and NOT_SAVED in saved:
+        return live
+    if isinstance(live, torch.optim.Optimizer):  # its speed options are this part's (a twin resumed with --cudagraphs)
+        speed = [{key: group[key] for key in SPEED_OPTIONS if key in group} for group in live.param_groups]
+        groups = [dict(group, **options) for group, options in zip(saved["param_groups"], speed)]
+        live.load_state_dict(dict(saved, param_groups=groups))
+        return live
+    if isinstance(live, torch.nn.Module):
+        live.load_state_dict(saved)
+        return live
+    if isinstance(live, np.ndarray | torch.Tensor):
+        array = saved.numpy() if isinstance(live, np.ndarray) else saved
+        if tuple(array.shape) != tuple(live.shape) or array.dtype != live.dtype:
+            raise ValueError(f"saved {array.dtype} {tuple(array.shape)}, here {live.dtype} {tuple(live.shape)}")
+        if isinstance(live, np.ndarray):
+            np.copyto(live, array)
+        else:
+            with torch.no_grad():
+                live.copy_(array)
+        return live
+    if isinstance(live, dict) and isinstance(saved, dict):
+        if set(live) != set(saved):
+            raise ValueError(f"saved {sorted(saved)}, here {sorted(live)}")
+        restored = {key: unpack(live[key], saved[key]) for key in live}
+        live.update(restored)  # the same dict: its arrays were restored in place
+        return live
+    if isinstance(live, tuple | list) and isinstance(saved, tuple | list) and len(live) == len(saved) > 0:
+        return type(live)(unpack(a, b) for a, b in zip(live, saved))
+    if isinstance(saved, dict) and "pickled_envs" in saved:
+        for env in getattr(live, "envs", []):
+            env.close()
+        vars(live).update(pickle.loads(saved["pickled_envs"].numpy().tobytes()))
+        return live
+    return saved  # a value the script rebinds (a step count, the last losses)
+
+
+def rng_state():
+    """Every RNG a script draws from: Python's `random`, numpy's global one, torch's CPU and (where used) CUDA ones."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = dict(python=random.getstate(), numpy=(name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss))
+    state["torch"] = torch.get_rng_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state):
+    random.setstate(state["python"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # ---------------------------------------------------------------- the run
@@ -329,6 +544,8 @@ class Run:
       short. A signal the process was started ignoring (a job that a shell without job control started with `&`
       ignores SIGINT) stays ignored. deferred_stop=True: a signal only sets `run.stop_signal`; the script stops where
       it chooses with run.stop_for() (the ranks of a distributed run agree on the iteration to stop at).
+    - A stopped run goes on: where the script names its training state (`run.state`, `run.resume`, see "a stopped
+      run goes on" above), a signal stops the run at the iteration's end, the state written there first.
     - record=False: a run that keeps its meter, its checks and its exit status but writes and prints nothing (no
       folder, curve, progress bar, wandb, results line or summary): the other ranks of a distributed run.
     """
@@ -340,10 +557,25 @@ class Run:
         self.burnin = args.measure_burnin if burnin is None else burnin
         self.start_time = time.time()
         self.returns, self.losses, self.steps, self.ticks = [], {}, 0, 0
-        self.mark = self.last = (self.start_time, 0)
+        self.mark = self.last = self.part_start = (self.start_time, 0)
+        self.measured, self.wall_before, self.iterations_done, self.resumed = (0.0, 0), 0.0, 0, 0
         self.status, self.message = "ok", None
         self.save, self.stop_signal, self.deferred_stop, self.handlers = None, None, deferred_stop, {}
-        if mode == "eval":  # an evaluation reports the folder of the checkpoint it plays, and writes its curve there
+        self.state, self.writing, self.notes = None, False, set()
+        self.every = 60 * getattr(args, "checkpoint_every_min", 0)
+        self.next_write = self.start_time + self.every
+        self.resuming = _RESUMING.pop(id(args), None) if mode == "train" else None
+        if self.resuming:  # the run goes on: its name and folder (the one that holds the state), its meter, its curve
+            state_path, blob = self.resuming
+            self.dir, saved = state_path.parent, blob["run"]
+            self.name, self.returns, self.losses = saved["name"], list(saved["returns"]), dict(saved["losses"])
+            self.steps, self.ticks, self.iterations_done = saved["steps"], saved["ticks"], saved["iterations"]
+            self.measured, self.wall_before, self.resumed = tuple(saved["meter"]), saved["wall_s"], saved["resumed"] + 1
+            self.mark = self.last = self.part_start = (self.start_time, self.steps)
+            if self.ticks >= self.burnin:  # past its burn-in: --measure-burnin iterations left out again
+                self.burnin = self.ticks + args.measure_burnin
+            curve = self.dir / "returns.csv"
+        elif mode == "eval":  # an evaluation reports the folder of the checkpoint it plays, and writes its curve there
             self.dir = Path(args.eval_checkpoint).parent
             self.name, curve = self.dir.name, self.dir / "eval_returns.csv"
         else:
@@ -359,6 +591,7 @@ class Run:
                     self.name = f"{name}-{n}"
             curve = self.dir / "returns.csv"
         self.model_path = self.dir / f"{args.exp_name}.pt"  # where --save-model writes the checkpoint
+        self.state_path = self.dir / STATE_FILE  # where the training state is written
         videos = self.dir / ("eval_videos" if mode == "eval" else "videos")
         self.videos = videos if getattr(args, "capture_video", False) else None
         self.fields = dict(
@@ -375,12 +608,16 @@ class Run:
             run_name=self.name,
             mode=mode,
             total_timesteps=args.total_timesteps if mode == "train" else 0,
+            resumed=self.resumed,
             **fields,
         )
         if mode == "eval":
             self.fields["checkpoint"] = args.eval_checkpoint
-        self.curve = (curve if record else Path(os.devnull)).open("w", buffering=1)  # line by line: watch it live
-        self.curve.write("step,wall_s,return\n")
+        # line by line: watch it live; a resumed run appends to its curve
+        appends = self.resuming and record and curve.exists()
+        self.curve = (curve if record else Path(os.devnull)).open("a" if appends else "w", buffering=1)
+        if not appends:
+            self.curve.write("step,wall_s,return\n")
         self.wandb = None
         if args.track and mode == "train" and record:
             import wandb
@@ -390,9 +627,87 @@ class Run:
         self.pbar = None
 
     def progress(self, iterable):
-        """The iterations of the loop, with a progress bar that report() keeps up to date."""
-        self.pbar = tqdm.tqdm(iterable, desc=Path(self.script).stem, mininterval=1.0, disable=not self.record)
-        return self.pbar
+        """The iterations of the loop, with a progress bar that report() keeps up to date; a resumed run's start at the
+        first iteration not done. At each iteration's end the training state is written where it is due."""
+        total = len(iterable) if hasattr(iterable, "__len__") else None
+        if self.resumed and total is not None and self.iterations_done >= total:
+            raise AtTotal(f"{self.script}: the run in {self.dir} is already at its total ({self.steps} steps, "
+                          f"--total-timesteps {self.args.total_timesteps}): nothing to do")  # fmt: skip
+        todo = itertools.islice(iterable, self.iterations_done, None)
+        self.pbar = tqdm.tqdm(todo, desc=Path(self.script).stem, mininterval=1.0, disable=not self.record,
+                              total=total, initial=self.iterations_done)  # fmt: skip
+        return self.iterations(self.pbar)
+
+    def iterations(self, items):
+        for item in items:
+            yield item
+            self.iterations_done += 1  # the iteration's end: its state is whole
+            if self.state is None:
+                continue
+            if self.stop_signal and not self.deferred_stop:
+                self.stop_for(self.stop_signal)
+            elif self.every and time.time() >= self.next_write:
+                self.write_state()
+
+    # ---------------------------------------------------------------- the training state: written, restored
+
+    def wall(self):
+        """Seconds the run has run, every part of it (the time between a stop and its resume left out)."""
+        return self.wall_before + time.time() - self.start_time
+
+    def write_state(self):
+        """Write the training state (`run.state()`, the RNGs, the run's episodes and meter) atomically to
+        `run.state_path`. A signal that comes meanwhile is not acted on (the run stops after it, if it stops)."""
+        self.writing = True
+        try:
+            parts = {name: pack(value, name, getattr(self.args, "save_replay", True)) for name, value in
+                     self.state().items()}  # fmt: skip
+            run = dict(name=self.name, iterations=self.iterations_done, steps=self.steps, ticks=self.ticks,
+                       meter=self.meter, wall_s=self.wall(), returns=list(self.returns), losses=dict(self.losses),
+                       resumed=self.resumed)  # fmt: skip
+            blob = dict(format=STATE_FORMAT, script=self.script, args=asdict(self.args), run=run, rng=rng_state())
+            atomic_save(dict(blob, state=parts), self.state_path)
+            self.next_write = time.time() + self.every
+        finally:
+            self.writing = False
+        print(f"training state saved to {self.state_path} at step {self.steps}", flush=True)
+        for name, part in parts.items():
+            if isinstance(part, dict) and NOT_SAVED in part and name not in self.notes:
+                self.notes.add(name)
+                loses = "starts with an empty replay memory" if name == "replay" else "starts new episodes"
+                print(f"{self.script}: {name} not saved, {part[NOT_SAVED]}: a resumed run {loses}", flush=True)
+
+    def resume(self, *names):
+        """With --resume: restore the training state that `run.state` names (in place) and the RNGs, and return the
+        saved values of `names`; without: their values now. See "a stopped run goes on" above."""
+        live = self.state()
+        if self.resuming:
+            state_path, blob = self.resuming
+            self.resuming, saved = None, blob["state"]
+            if set(saved) != set(live):
+                fail(self.script, f"--resume {state_path}: the state holds {', '.join(sorted(saved))}; this script's "
+                     f"is {', '.join(sorted(live))}")  # fmt: skip
+            for name in live:
+                try:
+                    live[name] = unpack(live[name], saved[name])
+                except Exception as err:
+                    fail(self.script, f"--resume {state_path}: its {name} does not fit this run's (another network "
+                         f"shape, env or memory size?): {type(err).__name__}: {err}".splitlines()[0])  # fmt: skip
+            set_rng_state(blob["rng"])
+            for name, part in saved.items():
+                if isinstance(part, dict) and NOT_SAVED in part:
+                    loses = "starts with an empty replay memory" if name == "replay" else "starts new episodes"
+                    print(f"{self.script}: resumed without its {name} ({part[NOT_SAVED]}): it {loses}", flush=True)
+            rows = (self.dir / "returns.csv").read_text().splitlines(keepends=True) if self.record else []
+            if len(rows) > 1 + len(self.returns):  # episodes after the state, before a kill -9
+                self.curve.close()
+                tmp = self.dir / "returns.csv.tmp"
+                tmp.write_text("".join(rows[: 1 + len(self.returns)]))
+                os.replace(tmp, self.dir / "returns.csv")
+                self.curve = (self.dir / "returns.csv").open("a", buffering=1)
+            print(f"{self.script}: resumed {self.name} at step {self.steps} from {state_path}", flush=True)
+        values = tuple(live[name] for name in names)
+        return values[0] if len(names) == 1 else values
 
     def add_to_results(self, **fields):
         """Fields of the results line that only the script knows (its last epsilon, its replay memory's bytes)."""
@@ -404,7 +719,7 @@ class Run:
         """An episode (a whole game on Atari) ended at env step `step`."""
         self.returns.append(episodic_return)
         self.steps = max(self.steps, step)  # a run that stops between ticks reports the steps it did
-        self.curve.write(f"{step},{time.time() - self.start_time:.3f},{episodic_return}\n")
+        self.curve.write(f"{step},{self.wall():.3f},{episodic_return}\n")
         if self.wandb:
             logs["charts/episodic_return"] = episodic_return
             if episodic_length is not None:
@@ -413,18 +728,27 @@ class Run:
 
     def tick(self, step):
         """One iteration done: `step` env steps so far."""
-        if self.stop_signal and not self.deferred_stop:  # the signal's KeyboardInterrupt was swallowed on its way up
-            self.stop_for(self.stop_signal)  # (raised in a __del__ or a callback from C, it is only printed)
+        if self.stop_signal and not self.deferred_stop and self.state is None:  # the signal's KeyboardInterrupt was
+            self.interrupt(self.stop_signal)  # swallowed on its way up (raised in a __del__ or a C callback: printed)
         self.steps, self.ticks = step, self.ticks + 1
         self.last = (time.time(), step)
         if self.ticks == self.burnin:
             self.mark = self.last
 
     @property
+    def meter(self):
+        """(seconds, env steps) measured: the window after the burn-in, in every part of a resumed run."""
+        seconds, steps = self.measured
+        if self.ticks > self.burnin:
+            seconds, steps = seconds + self.last[0] - self.mark[0], steps + self.last[1] - self.mark[1]
+        return seconds, steps
+
+    @property
     def sps(self):
-        start = self.mark if self.ticks > self.burnin else (self.start_time, 0)
-        elapsed, steps = self.last[0] - start[0], self.last[1] - start[1]
-        return steps / elapsed if self.ticks and steps > 0 and elapsed > 0 else None
+        seconds, steps = self.meter
+        if steps <= 0:  # the run ended inside its burn-in: measured from its (this part's) start
+            seconds, steps = self.last[0] - self.part_start[0], self.last[1] - self.part_start[1]
+        return steps / seconds if steps > 0 and seconds > 0 else None
 
     @property
     def mean_return(self):
@@ -474,21 +798,29 @@ class Run:
     # ---------------------------------------------------------------- stop signals, the end, the results line
 
     def stop(self, signum, frame):
-        """The handler of SIGINT and SIGTERM while the run is on: stop it, unless it is already ending."""
+        """The handler of SIGINT and SIGTERM while the run is on: stop it, unless it is already ending; where the script
+        named its training state, at the iteration's end (a second signal before it: at once, no state written)."""
+        first = not self.stop_signal
         self.stop_signal = self.stop_signal or signum
-        if self.deferred_stop:
+        if self.deferred_stop or self.writing or (first and self.state is not None):
             return
         while frame is not None:  # where the signal is handled, and its callers
             if frame.f_code is Run.__exit__.__code__:
                 return  # the run is ending: its checkpoint and results line are being written
             frame = frame.f_back
-        self.stop_for(signum)
+        self.interrupt(signum)
 
     def stop_for(self, signum):
-        """Stop the run as the signal `signum` does (none if 0): a KeyboardInterrupt, here."""
+        """Stop the run as the signal `signum` does (none if 0), at an iteration's end: the training state written
+        (where the script named one), then a KeyboardInterrupt."""
         if signum:
             self.stop_signal = signum
-            raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+            if self.state is not None:
+                self.write_state()
+            self.interrupt(signum)
+
+    def interrupt(self, signum):
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():  # the only thread where Python runs handlers
@@ -506,6 +838,13 @@ class Run:
 
     def end(self, kind, err):
         """The run's end (__exit__): the checkpoint, the curve closed, the results line, the summary, the exit code."""
+        if kind is not None and issubclass(kind, AtTotal | SystemExit):  # nothing to do; bad input (fail): no line
+            self.curve.close()
+            if self.pbar is not None:
+                self.pbar.close()
+            if issubclass(kind, AtTotal):
+                print(err, flush=True)
+            return issubclass(kind, AtTotal)
         if kind is not None and issubclass(kind, KeyboardInterrupt):
             self.stop_signal = self.stop_signal or signal.SIGINT  # a KeyboardInterrupt raised without a signal
             by = "the user" if self.stop_signal == signal.SIGINT else signal.Signals(self.stop_signal).name
@@ -515,13 +854,18 @@ class Run:
             print(f"{self.script}: {self.message}", file=sys.stderr)
         elif kind is not None:
             self.status, self.message = "error", f"{kind.__name__}: {err}"
-        save_error = None
+        save_error, writes = None, []
+        if self.state is not None and self.status == "ok" and (self.args.save_model or self.state_path.exists()):
+            writes.append(("the training state", self.write_state))  # the last state, from which a longer run goes on
         if self.save is not None and self.status in ("ok", "interrupted"):
+            writes.append(("the model", self.save))
+        for what, write in writes:
             try:
-                self.save()
+                write()
             except Exception as error:  # reported in the results line, then raised on
-                self.status, self.message = "error", f"saving the model: {type(error).__name__}: {error}"
+                self.status, self.message = "error", f"saving {what}: {type(error).__name__}: {error}"
                 save_error = error
+                break
         self.curve.close()
         if self.pbar is not None:
             self.pbar.close()
@@ -529,7 +873,7 @@ class Run:
             self.fields,
             steps=self.steps,
             sps=self.sps,
-            wall_s=time.time() - self.start_time,
+            wall_s=self.wall(),
             mean_return=self.mean_return,
             episodes=len(self.returns),
             status=self.status,

@@ -19,7 +19,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min, --no-save-replay
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -37,7 +37,7 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (env 0's, in the run folder's `videos`)"""
     save_model: bool = False
-    """whether to save the Q-network at the end of training"""
+    """whether to save the Q-network (and the training state, see --resume) at the end of training"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100
@@ -267,6 +267,10 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step, stats = 0, ()  # stats: the last update's (TD loss, mean Q), none before learning starts
         obs, _ = envs.reset(seed=args.seed)
+        # a stopped run goes on: the state Run writes at a step's end, restored by --resume (bookkeeping.py says how)
+        run.state = lambda: dict(q_network=q_network, target_network=target_network, optimizer=optimizer, stats=stats,
+                                 global_step=global_step, envs=(envs, obs), replay=(buffer, count))  # fmt: skip
+        global_step, stats, (_, obs), (_, count) = run.resume("global_step", "stats", "envs", "replay")
         for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             epsilon = linear_schedule(

@@ -369,11 +369,12 @@ def host_reads(root=LEANRL):
 # ---------------------------------------------------------------- a script's main() in this process
 
 
-def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
+def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True, read=None):
     """module.main() with these command-line flags on the CPU, in this process, its optimizers capturable as on CUDA
     (force_capturable=False: as the script makes them); with `cudagraphs`, --cudagraphs under the stand-in, and with
     cudagraphs="uncaptured" the same code path (a twin may take its CUDA path with --cudagraphs), every
-    CudaGraphModule calling its function directly. Returns (results line, [(step, return)] of returns.csv)."""
+    CudaGraphModule calling its function directly. Returns (results line, [(step, return)] of returns.csv), or what
+    read(tmp_path) returns where given (a resumed run: two results lines)."""
     from conftest import main_args, run_in
 
     from leanrl import bookkeeping as bk
@@ -404,7 +405,7 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True):
         if getattr(args, "compile", False):  # eager scripts have no --compile
             stack.enter_context(compile_through_dispatcher())
         module.main(args)
-    return run_in(tmp_path)
+    return (read or run_in)(tmp_path)
 
 
 def _capturable(adam):
