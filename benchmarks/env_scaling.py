@@ -441,9 +441,10 @@ def to_markdown(report):
         "",
         "Env alone: the twin's make_env, random actions, median step after a warm-up (time_call; per CPU-s: the "
         "window's steps over the process's CPU seconds). Twins: their main() "
-        f"on the CPU in the fast configuration ({flags}), {report['iterations']} iterations or more (at "
-        f"least {report['min_steps']:,} env steps after the warm-up), the first {report['warmup']} left out. "
-        "Rollout: an iteration's start to its targets call; env % = inside the env's "
+        f"on the CPU in the fast configuration ({flags}), {report['iterations']} iteration(s) or more (at "
+        f"least {report['min_steps']:,} env steps after the warm-up), "
+        + (f"the first {report['warmup']} left out as a warm-up. " if report["warmup"] else "none left out. ")
+        + "Rollout: an iteration's start to its targets call; env % = inside the env's "
         "step/send/recv/reset; policy % = inside policy_step; other host = the rest of the rollout (actions to numpy, "
         "uploads, episode bookkeeping), also per vector step; update = the targets call to the iteration's end "
         "(bootstrap and returns, the epochs, the log point); rollout per CPU-s: its steps over the process's CPU "
