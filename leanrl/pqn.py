@@ -23,7 +23,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay memory here)
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -41,7 +41,7 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (env 0's, in the run folder's `videos`)"""
     save_model: bool = False
-    """whether to save the Q-network at the end of training"""
+    """whether to save the Q-network (and the training state, see --resume) at the end of training"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     # 8: the twin captures each CUDA graph at its 5th call: the returns' (one call an iteration) in iteration 5
@@ -249,6 +249,10 @@ def main(args):
         next_obs, _ = envs.reset(seed=args.seed)
         next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
         next_done = torch.zeros(args.num_envs, device=device)
+        # a stopped run goes on: the state Run writes at an iteration's end, --resume restores it (see bookkeeping.py)
+        run.state = lambda: dict(q_network=q_network, global_step=global_step, envs=(envs, next_obs, next_done),
+                                 optimizer=optimizer)  # fmt: skip
+        global_step, (_, next_obs, next_done) = run.resume("global_step", "envs")
 
         for iteration in run.progress(range(1, num_iterations + 1)):
             # Annealing the rate if instructed to do so.

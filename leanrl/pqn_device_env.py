@@ -29,7 +29,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay memory here)
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -47,7 +47,7 @@ class Args:
     capture_video: bool = False  # trick: only with --eval-checkpoint: the tensor env has nothing to draw
     """with --eval-checkpoint: film the evaluation's episodes (gymnasium's CartPole, in the run folder's `videos`)"""
     save_model: bool = False
-    """whether to save the Q-network at the end of training"""
+    """whether to save the Q-network (and the training state, see --resume) at the end of training"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     # trick: 3: the whole iteration is one call, compiled in iteration 1 and captured in iteration 2
@@ -271,15 +271,13 @@ def make_radam(params, lr, capturable):
     # trick: RAdam's state by hand, and its step by torch.optim's functional radam inside the compiled update:
     # Optimizer.step breaks the graph on purpose, the function it calls does not. Capturable: the step counts are
     # device tensors and rectifying is a torch.where, not a host branch (one graph, no sync)
-    zeros = [torch.zeros_like(p) for p in params]
-    steps = [torch.zeros((), device=params[0].device) for _ in params]
+    zeros, steps = [torch.zeros_like(p) for p in params], [torch.zeros((), device=params[0].device) for _ in params]
     return dict(params=params, lr=lr, capturable=capturable, state=(zeros, [z.clone() for z in zeros], steps))
 
 
 def update(q_network, optimizer, obs, actions, returns, mb_inds, max_grad_norm):
     """One gradient step on minibatch mb_inds of the flat batch; returns the stacked (TD loss, mean Q of actions)."""
-    # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once and
-    # its indices are the only input
+    # trick: the minibatch is gathered inside the compiled (and captured) update: the batch is bound, indices its input
     obs, actions, returns = obs[mb_inds], actions[mb_inds], returns[mb_inds]
     old_val = q_network(obs).gather(1, actions[:, None]).squeeze(1)
     loss = F.mse_loss(returns, old_val)
@@ -421,6 +419,10 @@ def main(args):
             run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
         global_step = 0  # (trick: the env was reset on the device, where it was made)
+        # a stopped run goes on: the state Run writes at an iteration's end, --resume restores it (see bookkeeping.py)
+        run.state = lambda: dict(q_network=q_network, global_step=global_step, envs=env,  # (trick: the env as tensors)
+                                 optimizer=optimizer["state"])  # (trick: RAdam's state, make_radam)  # fmt: skip
+        global_step = run.resume("global_step")  # (trick: the env's tensors restored in place, all of it)
 
         for iteration_number in run.progress(range(1, num_iterations + 1)):  # (trick: `iteration` is the function)
             # Annealing the rate if instructed to do so.
