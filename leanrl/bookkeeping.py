@@ -290,8 +290,9 @@ def load_checkpoint(script, path, *keys):
 # - `run.state`: a function that returns the training state by name, called when the state is written (the lambda
 #   reads the script's variables as they are then). What a name may hold: an nn.Module or an optimizer (their
 #   state_dicts), a tensor or a numpy array (restored in place, so views of it, a compiled or captured function's
-#   inputs, stay valid), a dict, tuple or list of these, a number, a gymnasium vector env (its sub-envs pickled, if
-#   they pickle: the episodes under way go on). Two names have a meaning: `envs`, the vector env with what belongs to
+#   inputs, stay valid), a dict, tuple or list of these (an empty one: a value the script rebinds), a number, a
+#   gymnasium vector env (its sub-envs pickled, if they pickle, MuJoCo's whole: the episodes under way go on). Two
+#   names have a meaning: `envs`, the vector env with what belongs to
 #   its episodes (the last obs, an LSTM state, running game scores), restored all together or, where the envs cannot
 #   be saved (envpool's games), not at all: the resumed run then starts new episodes from its own reset; and `replay`,
 #   the replay memory with its fill count, priorities or stored states, which --no-save-replay leaves out (the resumed
