@@ -7,7 +7,9 @@ training state a stopped run goes on from (`--resume`), the episode loop of `--e
 `--capture-video` needs.
 """
 
+import copyreg
 import importlib.util
+import io
 import itertools
 import json
 import math
@@ -288,8 +290,9 @@ def load_checkpoint(script, path, *keys):
 # - `run.state`: a function that returns the training state by name, called when the state is written (the lambda
 #   reads the script's variables as they are then). What a name may hold: an nn.Module or an optimizer (their
 #   state_dicts), a tensor or a numpy array (restored in place, so views of it, a compiled or captured function's
-#   inputs, stay valid), a dict, tuple or list of these, a number, a gymnasium vector env (its sub-envs pickled, if
-#   they pickle: the episodes under way go on). Two names have a meaning: `envs`, the vector env with what belongs to
+#   inputs, stay valid), a dict, tuple or list of these (an empty one: a value the script rebinds), a number, a
+#   gymnasium vector env (its sub-envs pickled, if they pickle, MuJoCo's whole: the episodes under way go on). Two
+#   names have a meaning: `envs`, the vector env with what belongs to
 #   its episodes (the last obs, an LSTM state, running game scores), restored all together or, where the envs cannot
 #   be saved (envpool's games), not at all: the resumed run then starts new episodes from its own reset; and `replay`,
 #   the replay memory with its fill count, priorities or stored states, which --no-save-replay leaves out (the resumed
@@ -386,6 +389,22 @@ NOT_SAVED = "leanrl: not saved"
 SPEED_OPTIONS = ("capturable", "fused", "foreach")  # an optimizer's, kept from the resumed run's own
 
 
+def _set_vars(obj, state):
+    vars(obj).update(state)
+
+
+class WholeEnvPickler(pickle.Pickler):
+    """pickle, with an EzPickle env (gymnasium's MuJoCo ones) pickled whole: EzPickle pickles only its constructor's
+    arguments, so that the env would come back new, its physics (MjData) and RNG lost and its episode not going on."""
+
+    def reducer_override(self, obj):
+        from gymnasium.utils import EzPickle
+
+        if isinstance(obj, EzPickle) and hasattr(obj, "step") and hasattr(obj, "reset"):
+            return copyreg.__newobj__, (type(obj),), dict(vars(obj)), None, None, _set_vars
+        return NotImplemented
+
+
 def pack(value, name="", save_replay=True):
     """The training state as torch.save writes it (weights_only loads it): state_dicts, tensors (numpy arrays as
     tensors), numbers, the envs' state pickled into bytes; {NOT_SAVED: why} for a part left out."""
@@ -405,7 +424,9 @@ def pack(value, name="", save_replay=True):
         return left_out[0] if left_out else type(value)(parts)  # a group is saved whole or not at all
     if hasattr(value, "step") and hasattr(value, "reset"):  # a vector env: its sub-envs, without the env makers
         try:
-            data = pickle.dumps({key: part for key, part in vars(value).items() if key != "env_fns"})
+            data = io.BytesIO()
+            WholeEnvPickler(data).dump({key: part for key, part in vars(value).items() if key != "env_fns"})
+            data = data.getvalue()
         except Exception as err:
             return {NOT_SAVED: f"the envs cannot be saved ({type(err).__name__})"}
         return {"pickled_envs": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
@@ -436,7 +457,7 @@ def unpack(live, saved):
             with torch.no_grad():
                 live.copy_(array)
         return live
-    if isinstance(live, dict) and isinstance(saved, dict):
+    if isinstance(live, dict) and isinstance(saved, dict) and live:  # an empty one: a value the script rebinds
         if set(live) != set(saved):
             raise ValueError(f"saved {sorted(saved)}, here {sorted(live)}")
         restored = {key: unpack(live[key], saved[key]) for key in live}

@@ -20,7 +20,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min, --no-save-replay
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -152,8 +152,7 @@ class Actor(nn.Module):
         x = F.relu(self.fc1(x))
         x = F.relu(self.fc2(x))
         mean = self.fc_mean(x)
-        log_std = self.fc_logstd(x)
-        log_std = torch.tanh(log_std)
+        log_std = torch.tanh(self.fc_logstd(x))
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # From SpinUp / Denis Yarats
         return mean, log_std
 
@@ -215,10 +214,8 @@ def critic_update(actor, qf1, qf2, qf1_target, qf2_target, q_optimizer, batch, a
         next_state_actions, next_state_log_pi, _ = actor.get_action(batch["next_obs"])
         qf1_next_target = qf1_target(batch["next_obs"], next_state_actions).view(-1)
         qf2_next_target = qf2_target(batch["next_obs"], next_state_actions).view(-1)
-        next_q_value = soft_q_target(
-            batch["rewards"], batch["terminations"], qf1_next_target, qf2_next_target, next_state_log_pi.view(-1),
-            alpha, gamma,
-        )  # fmt: skip
+        next_q_value = soft_q_target(batch["rewards"], batch["terminations"], qf1_next_target, qf2_next_target,
+                                     next_state_log_pi.view(-1), alpha, gamma)  # fmt: skip
     qf1_a_values = qf1(batch["obs"], batch["actions"]).view(-1)
     qf2_a_values = qf2(batch["obs"], batch["actions"]).view(-1)
     qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
@@ -343,8 +340,7 @@ def main(args):
         actor = Actor(obs_dim, space.low, space.high).to(device)
         qf1 = SoftQNetwork(obs_dim, act_dim).to(device)
         qf2 = SoftQNetwork(obs_dim, act_dim).to(device)
-        qf1_target = SoftQNetwork(obs_dim, act_dim).to(device)
-        qf2_target = SoftQNetwork(obs_dim, act_dim).to(device)
+        qf1_target, qf2_target = SoftQNetwork(obs_dim, act_dim).to(device), SoftQNetwork(obs_dim, act_dim).to(device)
         qf1_target.load_state_dict(qf1.state_dict())
         qf2_target.load_state_dict(qf2.state_dict())
         q_optimizer = optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.q_lr, foreach=True)
@@ -366,6 +362,12 @@ def main(args):
         global_step, stats, losses = 0, {}, {}
         obs, _ = envs.reset(seed=args.seed)
         obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        # a stopped run goes on: the state Run writes at a step's end, restored by --resume (bookkeeping.py says how)
+        run.state = lambda: dict(qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target,
+                                 actor=actor, q_optimizer=q_optimizer, actor_optimizer=actor_optimizer,
+                                 log_alpha=log_alpha, a_optimizer=a_optimizer, global_step=global_step, losses=losses,
+                                 envs=(envs, obs), replay=(buffer, count))  # fmt: skip
+        global_step, losses, (_, obs), (_, count) = run.resume("global_step", "losses", "envs", "replay")
         for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:
@@ -397,12 +399,11 @@ def main(args):
 
             # ALGO LOGIC: training.
             if learning:
-                count, stats = train_step(
-                    actor, qf1, qf2, qf1_target, qf2_target, q_optimizer, actor_optimizer, log_alpha, a_optimizer,
-                    buffer, count, transition, iteration % args.policy_frequency == 0,
-                    iteration % args.target_network_frequency == 0, args.batch_size, args.gamma, args.tau,
-                    args.policy_frequency, args.autotune, target_entropy,
-                )  # fmt: skip
+                count, stats = train_step(actor, qf1, qf2, qf1_target, qf2_target, q_optimizer, actor_optimizer,
+                                          log_alpha, a_optimizer, buffer, count, transition,
+                                          iteration % args.policy_frequency == 0,
+                                          iteration % args.target_network_frequency == 0, args.batch_size, args.gamma,
+                                          args.tau, args.policy_frequency, args.autotune, target_entropy)  # fmt: skip
             else:
                 count = buffer_add(buffer, count, transition)
             run.tick(global_step)
@@ -410,8 +411,7 @@ def main(args):
             # log point: read the losses every 100 steps, and stop on a non-finite one
             if iteration % 100 == 0 or iteration == num_iterations - 1:
                 losses.update(stats)  # the actor's losses stay as of the last log point that updated the actor
-                logged = run.check_finite(global_step, losses)
-                run.report(global_step, {f"losses/{k}": v for k, v in logged.items()})
+                run.report(global_step, {f"losses/{k}": v for k, v in run.check_finite(global_step, losses).items()})
 
         envs.close()
 

@@ -23,7 +23,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min, --no-save-replay
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -159,8 +159,7 @@ class Actor(nn.Module):
         x = F.relu(self.fc1(x))
         x = F.relu(self.fc2(x))
         mean = self.fc_mean(x)
-        log_std = self.fc_logstd(x)
-        log_std = torch.tanh(log_std)
+        log_std = torch.tanh(self.fc_logstd(x))
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # From SpinUp / Denis Yarats
         return mean, log_std
 
@@ -266,10 +265,8 @@ def critic_update(actor, qnet, qnet_params, qnet_target, q_optimizer, batch, alp
         next_state_actions, next_state_log_pi, _ = actor.get_action(batch["next_obs"])
         # (trick: vmap over Q-networks: both target Q-networks in one call)
         qf1_next_target, qf2_next_target = q_values(qnet, qnet_target, batch["next_obs"], next_state_actions)
-        next_q_value = soft_q_target(
-            batch["rewards"], batch["terminations"], qf1_next_target, qf2_next_target, next_state_log_pi.view(-1),
-            alpha, gamma,
-        )  # fmt: skip
+        next_q_value = soft_q_target(batch["rewards"], batch["terminations"], qf1_next_target, qf2_next_target,
+                                     next_state_log_pi.view(-1), alpha, gamma)  # fmt: skip
     qf1_a_values, qf2_a_values = q_values(qnet, qnet_params, batch["obs"], batch["actions"])  # (trick: vmapped Q-nets)
     qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
     qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
@@ -454,6 +451,12 @@ def main(args):
         global_step, stats, losses = 0, {}, {}
         obs, _ = envs.reset(seed=args.seed)
         obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        # a stopped run goes on: the state Run writes at a step's end, restored by --resume (bookkeeping.py says how)
+        run.state = lambda: dict(qnet_params=qnet_params, qnet_target=qnet_target.to_dict(),  # the stack: trick above
+                                 actor=actor, q_optimizer=q_optimizer, actor_optimizer=actor_optimizer,
+                                 log_alpha=log_alpha, a_optimizer=a_optimizer, global_step=global_step, losses=losses,
+                                 envs=(envs, obs), replay=(buffer, count))  # fmt: skip
+        global_step, losses, (_, obs), (_, count) = run.resume("global_step", "losses", "envs", "replay")
         for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:
@@ -500,8 +503,7 @@ def main(args):
             # log point: read the losses every 100 steps, and stop on a non-finite one
             if iteration % 100 == 0 or iteration == num_iterations - 1:
                 losses.update(zip(names[iteration % args.policy_frequency == 0], stats))  # (trick: one output a replay)
-                logged = run.check_finite(global_step, losses)
-                run.report(global_step, {f"losses/{k}": v for k, v in logged.items()})
+                run.report(global_step, {f"losses/{k}": v for k, v in run.check_finite(global_step, losses).items()})
 
         envs.close()
 

@@ -23,7 +23,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min, --no-save-replay
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -439,6 +439,12 @@ def main(args):
         global_step, stats, losses = 0, {}, {}
         obs, _ = envs.reset(seed=args.seed)
         obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        # a stopped run goes on: the state Run writes at a step's end, restored by --resume (bookkeeping.py says how)
+        run.state = lambda: dict(qnet_params=qnet_params, qnet_target=qnet_target.to_dict(),  # the stack: trick above
+                                 actor=actor, target_actor=target_actor, q_optimizer=q_optimizer,
+                                 actor_optimizer=actor_optimizer, global_step=global_step, losses=losses,
+                                 envs=(envs, obs), replay=(buffer, count))  # fmt: skip
+        global_step, losses, (_, obs), (_, count) = run.resume("global_step", "losses", "envs", "replay")
         for iteration in run.progress(range(num_iterations)):
             # ALGO LOGIC: put action logic here
             if global_step < args.learning_starts:
