@@ -292,11 +292,11 @@ def load_checkpoint(script, path, *keys):
 #   state_dicts), a tensor or a numpy array (restored in place, so views of it, a compiled or captured function's
 #   inputs, stay valid), a dict, tuple or list of these (an empty one: a value the script rebinds), a number, a
 #   gymnasium vector env (its sub-envs pickled, if they pickle, MuJoCo's whole: the episodes under way go on). Two
-#   names have a meaning: `envs`, the vector env with what belongs to
-#   its episodes (the last obs, an LSTM state, running game scores), restored all together or, where the envs cannot
-#   be saved (envpool's games), not at all: the resumed run then starts new episodes from its own reset; and `replay`,
-#   the replay memory with its fill count, priorities or stored states, which --no-save-replay leaves out (the resumed
-#   run starts from an empty memory and the values the script made).
+#   names have a meaning: `envs`, the vector env with what belongs to its episodes (the last obs, an LSTM state,
+#   running game scores), restored all together or, where the envs cannot be saved (envpool's games), not at all:
+#   the resumed run then starts new episodes from its own reset; and `replay`, the replay memory with its fill
+#   count, priorities or stored states, which --no-save-replay leaves out (the resumed run starts from an empty
+#   memory and the values the script made).
 # - `run.resume(*names)`: with --resume, restores every named part (modules, optimizers, arrays and envs in place),
 #   then the RNGs (Python's `random`, numpy's, torch's CPU and CUDA ones) and returns the saved values of `names` (as
 #   operator.itemgetter: one value for one name); without it, returns their values now, so a new run passes through.
