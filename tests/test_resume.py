@@ -251,8 +251,10 @@ tick = bk.Run.tick
 def pause_at_k(run, step):
     tick(run, step)
     if step == {K}:
-        Path("paused").write_text(str(os.getpid()))
-        while not run.stop_signal:
+        Path("paused.tmp").write_text(str(os.getpid()))
+        os.replace("paused.tmp", "paused")  # whole when the test sees it: a reader never finds it empty
+        give_up = time.time() + 600  # a test that failed before its SIGTERM leaves no process waiting for ever
+        while not run.stop_signal and time.time() < give_up:
             time.sleep(0.01)
 bk.Run.tick = pause_at_k
 """
