@@ -431,7 +431,7 @@ def main(args):
             """The envs' answer to a group's actions at `step`: obs, reward and done into their rows, games counted."""
             next_obs_np, reward, terminations, truncations, info = env_groups[group].recv()
             staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
-            # trick: non_blocking host-to-device copies from pinned memory, two a step. numpy fills the pinned
+            # trick: non_blocking host-to-device copies from pinned memory, two a (group's) step. numpy fills the pinned
             # buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
             if pinned:
                 np.copyto(obs_staging.numpy(), next_obs_np)
