@@ -101,24 +101,12 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
-# trick: a fast configuration for one GPU and many cores, flags only (the defaults above stay CleanRL's): purejaxql's
-# config/alg/pqn_atari.yaml (128 envs x 32 steps, 2 epochs of 32 minibatches, epsilon to 0.001 over the first 10%, a
-# constant lr), with the envs on every core and stepping while the policy acts; benchmarks/time_to_score.py runs it
-FAST_FLAGS = (
-    "--num-envs 128 --num-steps 32 --update-epochs 2 --num-minibatches 32 --end-e 0.001 --no-anneal-lr"
-    " --async-envs --env-threads -1"
-)
-
-
-def make_env(env_id, num_envs, seed, num_threads=0):
+def make_env(env_id, num_envs, seed, num_threads=0):  # (trick: num_threads, --env-threads)
     """envpool's Atari pipeline: 4 stacked 84x84 grey frames, frame skip 4, loss of life ends a training episode."""
-    # trick: -1 threads: one per core this process may use (envpool's default counts the machine's cores, whatever
-    # the process's affinity, and is one thread per env below that)
-    num_threads = len(os.sched_getaffinity(0)) if num_threads == -1 else num_threads
-    return envpool.make(
-        env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed,
-        num_threads=num_threads,
-    )  # fmt: skip
+    # trick: -1 threads: one per core this process may use (envpool's default counts the machine's, ignoring affinity)
+    threads = len(os.sched_getaffinity(0)) if num_threads == -1 else num_threads
+    return envpool.make(env_id, env_type="gym", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed,
+                        num_threads=threads)  # fmt: skip
 
 
 def layer_init(layer, std=2**0.5, bias_const=0.0):
@@ -430,6 +418,15 @@ def main(args):
             run.report(global_step, {**logs, **{f"losses/{name}": value for name, value in losses.items()}})
         for envs in env_groups:  # (trick: --async-envs: every group)
             envs.close()
+
+
+# trick: a fast configuration for one GPU and many cores, flags only (the defaults above stay CleanRL's): purejaxql's
+# config/alg/pqn_atari.yaml (128 envs x 32 steps, 2 epochs of 32 minibatches, epsilon to 0.001 over the first 10%, a
+# constant lr), with the envs on every core and stepping while the policy acts; benchmarks/time_to_score.py runs it
+FAST_FLAGS = (
+    "--num-envs 128 --num-steps 32 --update-epochs 2 --num-minibatches 32 --end-e 0.001 --no-anneal-lr"
+    " --async-envs --env-threads -1"
+)
 
 
 if __name__ == "__main__":

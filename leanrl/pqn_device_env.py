@@ -1,11 +1,9 @@
 """PQN on CartPole-v1 with the env on the device: the fast twin (pqn_torchcompile.py) with the env as tensors.
 
-This is pqn_torchcompile.py with gymnasium's CartPole-v1 written as batched tensor math in the file (its equations,
-constants, thresholds, the 500-step truncation, the uniform +-0.05 reset and the same-step autoreset the twin's vector
-env uses), so thousands of envs step in a few whole-tensor ops and no step leaves the device. The whole iteration (the
-rollout of env and policy, the Q(lambda) returns, the epochs of minibatch updates) is one function of bound tensors:
-its pieces compiled with --compile, the whole captured as one CUDA graph with --cudagraphs. Each `# trick:` that the
-twin lacks is a step from an env on the host to an iteration on the device; diff the two files to read them.
+This is pqn_torchcompile.py with gymnasium's CartPole-v1 as batched tensor math in the file (its equations, thresholds,
+500-step truncation, +-0.05 reset and same-step autoreset): thousands of envs step in a few ops on the device, and the
+whole iteration (rollout, Q(lambda), the epochs of updates) is one function, compiled in pieces with --compile and
+captured as one CUDA graph with --cudagraphs. Each `# trick:` the twin lacks is a step from host envs to the device.
 
 Run: python leanrl/pqn_device_env.py --compile --cudagraphs   (on a CPU: python leanrl/pqn_device_env.py)
 """
@@ -69,9 +67,8 @@ class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay mem
     """the id of the environment: CartPole-v1 only (its dynamics are this file's tensor math)"""
     total_timesteps: int = 500000
     """total timesteps of the experiments, rounded down to whole iterations (num_envs x num_steps each)"""
-    # trick: this file's own defaults, tuned here for the fastest time to a mean of 475 on a 2-core CPU: 64 envs x 32
-    # steps, 8 minibatches of 256, 4 epochs (purejaxql's pqn_cartpole.yaml: NUM_EPOCHS 4), lr 1e-3, epsilon at its
-    # end after 12% of the steps (purejaxql: 20%). On a GPU, thousands of envs: --num-envs 4096
+    # trick: own defaults, tuned here for the time to 475 on a 2-core CPU: 64 envs x 32 steps, 8 minibatches, 4 epochs
+    # (purejaxql's pqn_cartpole.yaml), lr 1e-3, epsilon's end at 12% (purejaxql: 20%). On a GPU: --num-envs 4096
     learning_rate: float = 1e-3
     """the learning rate of the optimizer"""
     num_envs: int = 64  # (trick: the tuned defaults, above)
@@ -119,13 +116,10 @@ def cartpole_reset(shape, device, dtype=torch.float32):
 def cartpole_step(state, elapsed, action, reset_state, gravity=9.8, masscart=1.0, masspole=0.1, length=0.5,
                   force_mag=10.0, tau=0.02, x_threshold=2.4, theta_threshold=12 * 2 * math.pi / 360,
                   max_steps=500):  # fmt: skip
-    """One step of gymnasium's CartPole-v1 for a batch of envs, with its vector env's same-step autoreset.
-
-    state (B, 4): x, x_dot, theta, theta_dot; elapsed (B,): the steps of each env's episode so far; action (B,): 0
-    pushes left, 1 right; reset_state (B, 4): where an env that ends its episode starts the next (cartpole_reset).
-    Gymnasium's equations (explicit Euler), its constants and thresholds as defaults; TimeLimit truncates at
-    max_steps. Returns (next state, with the ended envs' reset states; elapsed; reward, 1 every step, the last
-    included; terminated; truncated; the state each env reached, before any reset: gymnasium's final_obs)."""
+    """gymnasium's CartPole-v1 (explicit Euler, its constants as defaults, TimeLimit at max_steps) for a batch, with
+    the same-step autoreset. state (B, 4): x, x_dot, theta, theta_dot; elapsed (B,): steps so far; action (B,): 0 left,
+    1 right; reset_state (B, 4): where an ended env starts again. Returns (next state, elapsed, reward (1 every step),
+    terminated, truncated, the state reached before any reset: gymnasium's final_obs)."""
     # trick: the env's step as whole-tensor math: thousands of envs in a few fused ops, no step leaves the device
     x, x_dot, theta, theta_dot = state.unbind(1)
     force = torch.where(action == 1, force_mag, -force_mag).to(state.dtype)
@@ -143,8 +137,7 @@ def cartpole_step(state, elapsed, action, reset_state, gravity=9.8, masscart=1.0
     # trick: the autoreset as a torch.where, not a branch: an ended env's next state is its reset state
     done = terminated | truncated
     next_state = torch.where(done[:, None], reset_state, final_state)
-    reward = torch.ones_like(x)
-    return next_state, torch.where(done, 0, elapsed), reward, terminated, truncated, final_state
+    return next_state, torch.where(done, 0, elapsed), torch.ones_like(x), terminated, truncated, final_state
 
 
 def layer_init(layer, std=2**0.5, bias_const=0.0):
