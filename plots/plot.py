@@ -710,16 +710,15 @@ def time_to_score_markdown(records, anchors, images=""):
     """The table: per run, the minutes from launch to the target (or the last-100 mean where the deadline stopped
     it), the env steps then, the run's steps/s, and the published whole-run minutes of the same pair; the figure."""
     out = [
-        "Measured by `benchmarks/time_to_score.sh`: minutes from launch (imports and compile included) until the mean "
-        "of the last 100 games reached the target, else that mean when the run stopped; steps/s from the script's "
-        "results line; published: whole 10M-step runs (`plots/published_time_to_score.csv`).",
+        "`benchmarks/time_to_score.sh`: minutes from launch (compile included) until the last-100-games mean reached "
+        "the target, else that mean at the stop; published: whole 10M-step runs (`plots/published_time_to_score.csv`).",
         "",
-        "| script | machine | minutes to the score | steps then | steps/s | published, minutes |",
+        "| script | machine | minutes to the score | steps then | steps/s | published, min |",
         "|---|---|---|---|---|---|",
     ]
     for rec in records:
         m = rec["machine"]
-        commit = f", `{m['commit']}`" if m.get("commit") else ""
+        commit = f", `{m['commit'][:7]}`" if m.get("commit") else ""
         where = f"{m['device']}, {m['cores']} cores, torch {m['torch']}{commit}"
         if rec["reached"]:
             got, steps = f"**{rec['seconds_to_score'] / 60:.1f}** (target {rec['target']:g})", rec["steps_at_score"]

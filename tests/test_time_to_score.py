@@ -194,10 +194,13 @@ def test_publish_refuses_a_dry_run_and_uncommitted_code(tmp_path, bad):
     assert exit_info.value.code == 2 and "old" in readme.read_text()
 
 
-def test_the_readme_says_in_one_line_that_no_gpu_run_exists_yet():
+def test_the_readmes_time_to_score_table_is_the_archived_runs_rendered():
+    # no number typed in: the README's cut is what plot.py --publish renders from the runs archived in docs/gpu-runs
     text = (ROOT / "README.md").read_text()
-    cut = text.split("<!-- time-to-score:start -->\n")[1].split("\n<!-- time-to-score:end -->")[0]
-    assert "\n" not in cut and "time_to_score.sh" in cut and "no" in cut.lower()
+    cut = text.split("<!-- time-to-score:start -->\n")[1].split("<!-- time-to-score:end -->")[0]
+    records = plot.read_time_to_score(sorted((ROOT / "docs" / "gpu-runs").glob("*time-to-score*.jsonl")))
+    assert records and all(rec["_curve"] for rec in records)  # each archived record has its curve beside it
+    assert cut == plot.time_to_score_markdown(records, plot.read_anchors(), images="plots/")
 
 
 def test_the_published_end_points_are_the_ones_the_issue_cites():
