@@ -506,6 +506,25 @@ def finite_or_none(obj):
     return obj
 
 
+_TENSORBOARD_MISSING = []  # said once a process
+
+
+def tensorboard_writer(folder, args):
+    """CleanRL's TensorBoard event file in the run folder (`tensorboard --logdir runs`), its flags as a text; None
+    where the tensorboard package is missing (the offline GPU machine): the run goes on without, said once."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        if not _TENSORBOARD_MISSING:
+            _TENSORBOARD_MISSING.append(True)
+            print("tensorboard is not installed: no event files in the run folder", file=sys.stderr)
+        return None
+    writer = SummaryWriter(str(folder))
+    table = "\n".join(f"|{name}|{value}|" for name, value in vars(args).items())
+    writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")  # CleanRL's
+    return writer
+
+
 def cpu_name():
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -544,12 +563,13 @@ class Run:
                 run.episode(global_step, episodic_return, episodic_length)  # an episode (an Atari game) ended
                 run.tick(global_step)  # an iteration done: the steps/s meter
                 losses = run.check_finite(global_step, losses)  # a log point: the losses read, a diverged run stopped
-                run.report(global_step, {"losses/td_loss": losses["td_loss"]})  # the bar; wandb with --track
+                run.report(global_step, {"losses/td_loss": losses["td_loss"]})  # the bar, TensorBoard, wandb
             run.add_to_results(epsilon=epsilon)  # a field of the results line (the last value given)
 
     - The run folder: `run.dir` (`run.name`, CleanRL's run name), with the return curve `returns.csv` written an
-      episode a line; `run.model_path`, where `run.save` writes the checkpoint (--save-model: the script sets
-      `run.save`); `run.videos`, the folder env 0 films in with --capture-video (else None; checked first).
+      episode a line, and CleanRL's TensorBoard scalars (the episodes', and at each report charts/SPS and the logs);
+      `run.model_path`, where `run.save` writes the checkpoint (--save-model: the script sets `run.save`);
+      `run.videos`, the folder env 0 films in with --capture-video (else None; checked first).
     - The steps/s meter: `burnin` ticks left out; measured from the tick that ends the burn-in to the last tick (from
       the start when the run ends inside its burn-in; none before the first tick).
     - The log points: `check_finite` returns the values it read (floats), the ones the script logs; they also go into
@@ -639,6 +659,7 @@ class Run:
         self.curve = (curve if record else Path(os.devnull)).open("a" if appends else "w", buffering=1)
         if not appends:
             self.curve.write("step,wall_s,return\n")
+        self.tensorboard = tensorboard_writer(self.dir, args) if mode == "train" and record else None
         self.wandb = None
         if args.track and mode == "train" and record:
             import wandb
@@ -741,11 +762,10 @@ class Run:
         self.returns.append(episodic_return)
         self.steps = max(self.steps, step)  # a run that stops between ticks reports the steps it did
         self.curve.write(f"{step},{self.wall():.3f},{episodic_return}\n")
-        if self.wandb:
-            logs["charts/episodic_return"] = episodic_return
-            if episodic_length is not None:
-                logs["charts/episodic_length"] = episodic_length
-            self.wandb.log(logs, step=step)
+        logs["charts/episodic_return"] = episodic_return
+        if episodic_length is not None:
+            logs["charts/episodic_length"] = episodic_length
+        self.log(logs, step)
 
     def tick(self, step):
         """One iteration done: `step` env steps so far."""
@@ -792,12 +812,19 @@ class Run:
         return self.losses
 
     def report(self, step, logs=None):
-        """A log point: the progress bar's steps/s and mean return, and (with --track) charts/SPS and `logs`."""
+        """A log point: the progress bar's steps/s and mean return; charts/SPS and `logs` to TensorBoard (and wandb)."""
         if self.pbar is not None:
             ret = self.mean_return
             self.pbar.set_postfix(sps=f"{self.sps or 0:.0f}", ret="n/a" if ret is None else f"{ret:.1f}", refresh=False)
+        self.log({"charts/SPS": self.sps or 0.0, **(logs or {})}, step)
+
+    def log(self, scalars, step):
+        """CleanRL's charts and losses: into the run folder's TensorBoard event file and (with --track) to wandb."""
+        if self.tensorboard:
+            for name, value in scalars.items():
+                self.tensorboard.add_scalar(name, value, step)
         if self.wandb:
-            self.wandb.log({"charts/SPS": self.sps or 0.0, **(logs or {})}, step=step)
+            self.wandb.log(scalars, step=step)
 
     # ---------------------------------------------------------------- --eval-checkpoint's loop
 
@@ -860,9 +887,7 @@ class Run:
     def end(self, kind, err):
         """The run's end (__exit__): the checkpoint, the curve closed, the results line, the summary, the exit code."""
         if kind is not None and issubclass(kind, AtTotal | SystemExit):  # nothing to do; bad input (fail): no line
-            self.curve.close()
-            if self.pbar is not None:
-                self.pbar.close()
+            self.close()
             if issubclass(kind, AtTotal):
                 print(err, flush=True)
             return issubclass(kind, AtTotal)
@@ -887,9 +912,7 @@ class Run:
                 self.status, self.message = "error", f"saving {what}: {type(error).__name__}: {error}"
                 save_error = error
                 break
-        self.curve.close()
-        if self.pbar is not None:
-            self.pbar.close()
+        self.close()
         line = dict(
             self.fields,
             steps=self.steps,
@@ -918,6 +941,14 @@ class Run:
         if self.status == "diverged":
             sys.exit(1)
         return False  # an error goes on up, with its traceback
+
+    def close(self):
+        """The curve, the event file and the progress bar closed."""
+        self.curve.close()
+        if self.tensorboard:
+            self.tensorboard.close()
+        if self.pbar is not None:
+            self.pbar.close()
 
     def summary(self, line):
         """The one line a run prints when it ends: what it did, and where its results line and its folder are."""
