@@ -42,12 +42,14 @@ Forms
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import json
 import math
 import os
 import platform
+import signal
 import statistics
 import sys
 import time
@@ -634,6 +636,7 @@ def to_markdown(report):
     lines = [
         machine_line(info),
         "",
+        *([f"Stopped {report['stopped']}.", ""] if report.get("stopped") else []),  # a partial run says so
         "Times in microseconds per call (forward + backward where the operator has a gradient), median after "
         "warm-up; HPC_RL's figures are theirs, on a 32 GB V100. Every form was checked against a float64 "
         "reference first; FAIL = wrong result, not timed; n/a = not run on this device. "
@@ -697,6 +700,21 @@ def parse_args(argv=None):
     return args
 
 
+@contextlib.contextmanager
+def stopped_by_signal(report):
+    """Run the block; SIGTERM (`timeout`'s, a command limit's) or Ctrl-C ends it early and report["stopped"] says so,
+    so that what was measured before is still written (a GPU command's time is limited: the rows done come back)."""
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM raises KeyboardInterrupt too
+    report["stopped"] = None
+    try:
+        yield
+    except KeyboardInterrupt:
+        report["stopped"] = "by a signal before the end: the rows measured until then"
+        print(f"stopped {report['stopped']}", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class WouldClobber(Exception):
     """A quick report would replace a full run's report."""
 
@@ -729,6 +747,8 @@ def merge_reports(paths):
         "command": " + ".join(part["command"] for part in parts),
         "wall_s": sum(part["wall_s"] for part in parts),
         "rows": rows,
+        "stopped": "; ".join(f"part {i + 1} {part['stopped']}" for i, part in enumerate(parts) if part.get("stopped"))
+        or None,
     }
 
 
@@ -755,20 +775,20 @@ def main(argv=None):
     info = machine_info(device)
     print(machine_line(info), file=sys.stderr)
     rows, compiled_cache = [], {}
-    for op_name, size, pt, fused in benchmark_sizes(args.quick, names):
-        t0 = time.perf_counter()
-        forms = run_row(known[op_name], size, device, args, compiled_cache)
-        row = summarize(op_name, size, pt, fused, forms)
-        rows.append(row)
-        cells = "  ".join(f"{key}={_cell(forms.get(key))}" for key, _ in FORM_COLUMNS)
-        print(f"{op_name:13s} {size:20s} {cells}  ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     report = {
         "machine": info,
         "quick": args.quick,
         "command": "python benchmarks/bench_rl_operators.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "wall_s": time.perf_counter() - start,
         "rows": rows,
     }
+    with stopped_by_signal(report):
+        for op_name, size, pt, fused in benchmark_sizes(args.quick, names):
+            t0 = time.perf_counter()
+            forms = run_row(known[op_name], size, device, args, compiled_cache)
+            rows.append(summarize(op_name, size, pt, fused, forms))
+            cells = "  ".join(f"{key}={_cell(forms.get(key))}" for key, _ in FORM_COLUMNS)
+            print(f"{op_name:13s} {size:20s} {cells}  ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    report["wall_s"] = time.perf_counter() - start
     report["machine"]["load_average_at_end"] = _load_average()
     print(f"total {report['wall_s']:.0f} s", file=sys.stderr)
     return write_or_refuse(report, args.out, args.tag or device_tag(device) + ("_quick" if args.quick else ""))

@@ -58,6 +58,7 @@ from benchmarks.bench_rl_operators import (  # noqa: E402  (its machine stamp, t
     device_tag,
     machine_info,
     machine_line,
+    stopped_by_signal,
     write_or_refuse,
 )
 
@@ -471,10 +472,11 @@ def measure_samplers(capacity, device, compiled, budget_s, module=None):
     return rows
 
 
-def run_samplers(args):
+def run_samplers(args, rows=None):
+    """The sampler rows, appended to `rows` as each is measured (a run stopped early keeps those done)."""
     device = torch.device(args.device)
     module = load_script(SAMPLER_SCRIPT)
-    rows = []
+    rows = [] if rows is None else rows
     for capacity in SAMPLER_QUICK_CAPACITIES if args.quick else SAMPLER_CAPACITIES:
         for compiled in [False] + ([] if args.no_compile else [True]):
             t0 = time.perf_counter()
@@ -581,11 +583,12 @@ def measure(case, script, capacity, device, compiled, budget_s):
     return rows
 
 
-def run(args):
+def run(args, rows=None):
+    """The buffer rows, appended to `rows` as each is measured (a run stopped early keeps those done)."""
     device = torch.device(args.device)
     study = study_rates()
     names = list(CASES) if args.buffers is None else args.buffers.split(",")
-    rows = []
+    rows = [] if rows is None else rows
     for name in names:
         case = CASES[name]
         for capacity in case.quick_capacities if args.quick else case.capacities:
@@ -614,6 +617,8 @@ def run(args):
 
 def to_markdown(report):
     lines = [machine_line(report["machine"]), ""]
+    if report.get("stopped"):  # a partial run: say so above its tables
+        lines += [f"Stopped {report['stopped']}.", ""]
     if report["rows"] or not report.get("samplers"):
         lines += buffers_markdown(report["rows"])
     if report.get("samplers"):
@@ -693,17 +698,20 @@ def main(argv=None):
     device = torch.device(args.device)
     start = time.perf_counter()
     info = machine_info(device)
-    rows = run(args) if "buffers" in sections else []
-    samplers = run_samplers(args) if "samplers" in sections else []
     report = {
         "machine": info,
         "quick": args.quick,
         "command": "python benchmarks/replay.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "wall_s": time.perf_counter() - start,
         "sections": sections,
-        "rows": rows,
-        "samplers": samplers,
+        "rows": [],
+        "samplers": [],
     }
+    with stopped_by_signal(report):
+        if "buffers" in sections:
+            run(args, report["rows"])
+        if "samplers" in sections:
+            run_samplers(args, report["samplers"])
+    report["wall_s"] = time.perf_counter() - start
     part = "" if sections == SECTIONS else "_" + "_".join(sections)  # a partial run never replaces the full report
     tag = args.tag or device_tag(device) + part + ("_quick" if args.quick else "")
     return write_or_refuse(report, args.out, tag, prefix="replay", render=to_markdown)

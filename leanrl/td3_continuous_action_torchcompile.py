@@ -462,23 +462,22 @@ def main(args):
             for episodic_return, episodic_length in bk.gym_episodes(infos):
                 run.episode(global_step, episodic_return, episodic_length)
 
+            # trick: the actions never leave the device for the buffer; the rest goes up in one copy, pinned on CUDA so
+            # that it is asynchronous (the host goes on to launch the update): next obs, true next obs, rewards, ends
+            up = torch.from_numpy(np.column_stack([next_obs, real_next_obs(next_obs, infos), rewards, terminations]))
+            up = (up.float().pin_memory() if device.type == "cuda" else up.float()).to(device, non_blocking=True)
             # save data to the replay buffer: a truncated episode's transition keeps its true last obs (and
             # bootstraps from it); only a terminated one stops the bootstrap
-            # trick: the next obs uploaded once (a second upload only where an episode ended)
-            next_obs_t = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-            real_next_obs_t = next_obs_t
-            if "final_obs" in infos:
-                real_next_obs_t = torch.as_tensor(real_next_obs(next_obs, infos), dtype=torch.float32, device=device)
             transition = dict(
                 obs=obs,
                 actions=actions,
-                rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
-                next_obs=real_next_obs_t,  # (trick: one upload a step, above)
-                terminations=torch.as_tensor(terminations, dtype=torch.float32, device=device),
+                rewards=up[:, -2],  # (trick: one upload a step, above)
+                next_obs=up[:, obs_dim:-2],
+                terminations=up[:, -1],
             )
 
             # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
-            obs = next_obs_t  # (trick: one upload a step: the next obs is on the device already)
+            obs = up[:, :obs_dim]  # (trick: one upload a step: the next obs is on the device already)
 
             # ALGO LOGIC: training.
             if learning:

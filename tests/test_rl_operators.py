@@ -10,6 +10,8 @@ by the benchmark itself.
 import csv
 import json
 import math
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -561,3 +563,38 @@ def test_import_does_no_work(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "True" and not proc.stderr.strip()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("script, prefix", [("bench_rl_operators.py", "rl_ops"), ("replay.py", "replay")])
+def test_a_benchmark_stopped_by_sigterm_still_writes_the_rows_it_measured(script, prefix, tmp_path):
+    """A GPU command's time is limited (`timeout` sends SIGTERM): the rows measured before the signal are written,
+    and the report says it stopped early (on 2026-11-28 both benchmarks were killed on an H200 and wrote nothing)."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--no-compile", "--budget", "0.02"]
+    cmd += ["--out", str(tmp_path), "--tag", "stopped"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    printed = 0
+    for line in proc.stderr:  # each measured row ends with its seconds, "(3 s)"
+        printed += bool(re.search(r"\(\d+ s\)$", line.strip()))
+        if printed == 2:
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.stderr.read()
+    assert proc.wait(timeout=120) == 0 and printed == 2
+    report = json.loads((tmp_path / f"{prefix}_stopped.json").read_text())
+    measured = report["rows"] + report.get("samplers", [])
+    assert report["stopped"] and len(measured) >= 2
+    assert "Stopped by a signal" in (tmp_path / f"{prefix}_stopped.md").read_text()
+
+
+def test_the_gpu_wrappers_dry_run_covers_every_operator_in_its_parts_and_every_buffer(tmp_path):
+    """benchmarks/gpu_benchmarks.sh --dry-run: its three operator parts merged hold every operator (a part left out of
+    the wrapper's list fails it), the replay report holds the buffers and the samplers, at most 6 files come back."""
+    out = tmp_path / "out"
+    proc = subprocess.run([str(ROOT / "benchmarks" / "gpu_benchmarks.sh"), "--dry-run", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+    ops = json.loads((out / "rl_ops_cpu.json").read_text())
+    assert {row["operator"] for row in ops["rows"]} == set(bench.operators()) and not ops["stopped"]
+    replay_report = json.loads((out / "replay_cpu.json").read_text())
+    assert replay_report["rows"] and replay_report["samplers"] and not replay_report["stopped"]
+    assert len(list(out.iterdir())) <= 6
