@@ -393,15 +393,31 @@ def _set_vars(obj, state):
     vars(obj).update(state)
 
 
+def _is_local_function(value):
+    name = getattr(value, "__qualname__", "") if callable(value) else ""
+    return "<lambda>" in name or "<locals>" in name
+
+
+def _rebuild_wrapper(wrapper_type, env, kwargs):
+    return wrapper_type(env, **kwargs)
+
+
 class WholeEnvPickler(pickle.Pickler):
     """pickle, with an EzPickle env (gymnasium's MuJoCo ones) pickled whole: EzPickle pickles only its constructor's
-    arguments, so that the env would come back new, its physics (MjData) and RNG lost and its episode not going on."""
+    arguments, so that the env would come back new, its physics (MjData) and RNG lost and its episode not going on.
+    A gymnasium wrapper that holds a lambda (FlattenObservation, ClipAction: they keep no state of their own) is
+    made again from its constructor's arguments around its env, which is pickled as it is."""
 
     def reducer_override(self, obj):
+        import gymnasium as gym
         from gymnasium.utils import EzPickle
 
         if isinstance(obj, EzPickle) and hasattr(obj, "step") and hasattr(obj, "reset"):
             return copyreg.__newobj__, (type(obj),), dict(vars(obj)), None, None, _set_vars
+        made_again = isinstance(obj, gym.Wrapper) and hasattr(obj, "_saved_kwargs")
+        if made_again and any(_is_local_function(value) for value in vars(obj).values()):
+            kwargs = {key: value for key, value in obj._saved_kwargs.items() if key != "env"}
+            return _rebuild_wrapper, (type(obj), obj.env, kwargs)
         return NotImplemented
 
 

@@ -20,7 +20,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay memory here)
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -94,6 +94,11 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
+def clip_at_10(x):
+    """CleanRL's clip of the normalised obs and rewards; a function, not a lambda, so that the envs pickle (--resume)"""
+    return np.clip(x, -10, 10)
+
+
 def make_env(env_id, gamma, video_dir=None):
     """CleanRL's wrapper stack; RecordEpisodeStatistics sits inside the normalisation, so it sees raw rewards. Given a
     video_dir (--capture-video), the env films its episodes there."""
@@ -108,9 +113,9 @@ def make_env(env_id, gamma, video_dir=None):
         env = gym.wrappers.NormalizeObservation(env)
         # gymnasium 1.x wants the space of the transformed observations
         clipped = gym.spaces.Box(-10.0, 10.0, env.observation_space.shape, np.float32)
-        env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), clipped)
+        env = gym.wrappers.TransformObservation(env, clip_at_10, clipped)
         env = gym.wrappers.NormalizeReward(env, gamma=gamma)
-        env = gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
+        env = gym.wrappers.TransformReward(env, clip_at_10)
         return env
 
     return thunk
@@ -335,6 +340,10 @@ def main(args):
         next_obs, _ = envs.reset(seed=args.seed)
         next_obs = torch.Tensor(next_obs).to(device)
         next_done = torch.zeros(args.num_envs).to(device)
+        # a stopped run goes on: the state Run writes at an iteration's end, --resume restores it (see bookkeeping.py)
+        run.state = lambda: dict(agent=agent, optimizer=optimizer, global_step=global_step,
+                                 envs=(envs, next_obs, next_done))  # fmt: skip
+        global_step = run.resume("global_step")
 
         for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.

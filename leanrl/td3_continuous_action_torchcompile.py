@@ -462,8 +462,7 @@ def main(args):
             for episodic_return, episodic_length in bk.gym_episodes(infos):
                 run.episode(global_step, episodic_return, episodic_length)
 
-            # trick: the actions never leave the device for the buffer; the rest goes up in one copy, pinned on CUDA so
-            # that it is asynchronous (the host goes on to launch the update): next obs, true next obs, rewards, ends
+            # trick: one upload a step, pinned on CUDA so it is asynchronous: next obs, true next obs, rewards, ends
             up = torch.from_numpy(np.column_stack([next_obs, real_next_obs(next_obs, infos), rewards, terminations]))
             up = (up.float().pin_memory() if device.type == "cuda" else up.float()).to(device, non_blocking=True)
             # save data to the replay buffer: a truncated episode's transition keeps its true last obs (and

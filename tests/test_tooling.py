@@ -377,9 +377,10 @@ EAGER_MAX_LINES = {
 }
 TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit before the rewrite
     "ppo_atari_envpool": 277,  # 204, then --env-threads, --async-envs and FAST_FLAGS (issue 40)
-    "ppo_continuous_action": 262,  # 224, then the one-graph update with Adam as tensor ops, SAC's and TD3's (issue 28)
+    "ppo_continuous_action": 264,  # 224, then the one-graph update with Adam as tensor ops, SAC's and TD3's (issue 28),
+    # then the training state's T + 1 storage row (issue 41)
     "sac_continuous_action": 206,
-    "td3_continuous_action": 196,
+    "td3_continuous_action": 198,  # 196, then one pinned upload a step, as SAC's (issue 42)
     "dqn": 127,
     "dqn_atari_envpool": 121,
     "r2d2_atari_envpool": 129,

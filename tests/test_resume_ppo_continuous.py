@@ -1,0 +1,132 @@
+"""A stopped run goes on (issue 41), for the PPO continuous pair on a MuJoCo env (InvertedPendulum-v4): the state
+written when SIGTERM stops a run at an iteration's end comes back exactly (the agent, Adam, the global step, the
+envs whole: MuJoCo's physics and RNG, the observation and reward normalisation statistics, the episodes under way;
+the last obs and done flags); a run stopped and resumed gives exactly the numbers of the run never stopped; the twin's
+capture stand-in resumed equals the twin resumed uncaptured. The helpers are test_resume.py's and
+test_resume_continuous.py's."""
+
+import pickle
+from unittest import mock
+
+import pytest
+import torch
+from conftest import load_script
+from gpu_standin import run_main
+from test_resume import assert_same, copy_of, results, run_folder, sigterm_at, snapshot
+from test_resume_continuous import comparable, curve
+
+from leanrl import bookkeeping as bk
+
+NAMES = ["ppo_continuous_action", "ppo_continuous_action_torchcompile"]
+MODULES = {name: load_script(name) for name in NAMES}
+# 6 iterations of 2 envs x 32 steps (the lr annealed, 2 epochs of 2 minibatches), stopped after the 3rd; the
+# pendulum's random-ish episodes last a few steps: many end in each part
+SHORT = ["--env-id", "InvertedPendulum-v4", "--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2"]
+SHORT += ["--update-epochs", "2", "--total-timesteps", "384", "--seed", "3", "--save-model"]
+K = 192  # the step SIGTERM stops at: the end of the 3rd iteration
+
+
+def main(name, flags, folder, cudagraphs=False):
+    return run_main(
+        MODULES[name], flags, folder, cudagraphs=cudagraphs, force_capturable=bool(cudagraphs), read=results
+    )
+
+
+def normalisers(packed_envs):
+    """Each sub-env's running obs and reward statistics (mean, var, count), as plain tensors."""
+    envs = pickle.loads(packed_envs["pickled_envs"].numpy().tobytes())["envs"]
+    stats = []
+    for env in envs:
+        while hasattr(env, "env"):
+            for name in ("obs_rms", "return_rms"):
+                if name in vars(env):
+                    rms = vars(env)[name]
+                    stats.append([torch.as_tensor(rms.mean), torch.as_tensor(rms.var), torch.tensor(rms.count)])
+            env = env.env
+    return stats
+
+
+def stop(name, folder):
+    """The script's SHORT run stopped by SIGTERM at step K in folder: (its run folder, its state when written)."""
+    taken, write = [], bk.Run.write_state
+
+    def write_and_take(run):
+        taken.append(snapshot(run))
+        write(run)
+
+    with mock.patch.object(bk.Run, "write_state", write_and_take), sigterm_at(K), pytest.raises(SystemExit) as end:
+        main(name, SHORT, folder)
+    assert end.value.code == 143  # 128 + SIGTERM
+    [line] = results(folder)
+    assert line["status"] == "interrupted" and line["steps"] == K and line["resumed"] == 0, line
+    [at_write] = taken
+    return run_folder(folder), at_write
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """Each script's SHORT run stopped at step K: {name: (its run folder, its state when written)}."""
+    return {name: stop(name, tmp_path_factory.mktemp(name)) for name in NAMES}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_state_comes_back_exactly(name, stopped, tmp_path):
+    """--resume, where the loop would start: the agent, Adam's moments and steps, the global step, each env's physics,
+    RNG, normalisation statistics and episode counters, the last obs and done flags, the episodes and the RNGs."""
+    run_dir, at_write = stopped[name]
+    parts = at_write["parts"]
+    assert parts["global_step"] == K and at_write["run"]["iterations"] == 3 and len(at_write["run"]["returns"]) > 10
+    assert "pickled_envs" in parts["envs"][0], "the envs were left out: their normalisation would start again"
+    stats = normalisers(parts["envs"][0])
+    assert len(stats) == 4 and all(count > K / 4 for _, _, count in stats), "no normalisation statistics saved"
+    restored = []
+
+    def taken(run, iterable):
+        restored.append(snapshot(run))
+        raise SystemExit(0)
+
+    with mock.patch.object(bk.Run, "progress", taken), pytest.raises(SystemExit):
+        main(name, ["--resume", str(copy_of(run_dir, tmp_path))], tmp_path)
+    assert_same(comparable(at_write), comparable(restored[0]))
+    assert_same(stats, normalisers(restored[0]["parts"]["envs"][0]), "the normalisation statistics")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_run_stopped_by_sigterm_and_resumed_gives_the_numbers_of_the_run_never_stopped(name, stopped, tmp_path):
+    """SHORT with its seed once through, and stopped at step K then resumed with only --resume: the same losses,
+    episodes, returns curve, saved model and last state (agent, Adam, envs with their statistics, RNGs)."""
+    whole, folder = tmp_path / "whole", tmp_path / "stopped"
+    [line] = main(name, SHORT, whole)
+    resumed = copy_of(stopped[name][0], folder)
+    last = main(name, ["--resume", str(resumed)], folder)[-1]
+    assert last["status"] == "ok" and last["resumed"] == 1 and last["run_name"] == resumed.name, last
+    for key in ("steps", "episodes", "mean_return", "losses"):
+        assert last[key] == line[key], key
+    whole_dir = run_folder(whole)
+    curves = [curve(d) for d in (whole_dir, resumed)]
+    assert curves[0] == curves[1] and len(curves[0]) > 20
+    models = [torch.load(d / f"{name}.pt", weights_only=True) for d in (whole_dir, resumed)]
+    for key in ("model", "obs_rms"):  # (their "args" differ: the resumed run's has --resume)
+        assert_same(models[0][key], models[1][key], f"the saved {key}")
+    states = [torch.load(d / bk.STATE_FILE, weights_only=True) for d in (whole_dir, resumed)]
+    assert_same(comparable(states[0]["state"]), comparable(states[1]["state"]), "the last state")
+    assert_same(states[0]["rng"], states[1]["rng"], "the RNGs")
+
+
+def test_a_resumed_twin_under_the_capture_stand_in_equals_the_resumed_twin_uncaptured(stopped, tmp_path):
+    """One state (the twin stopped at step K) resumed with --cudagraphs under the CPU capture stand-in (the policy step,
+    GAE and the update captured again after the resume) and with the same code path uncaptured: the same numbers."""
+    name, lines, dirs = NAMES[1], [], []
+    for variant in (True, "uncaptured"):
+        folder = tmp_path / str(variant)
+        dirs.append(copy_of(stopped[name][0], folder))
+        [line] = main(name, ["--resume", str(dirs[-1])], folder, cudagraphs=variant)
+        lines.append(line)
+    assert lines[0]["cudagraphs"] is True and lines[0]["status"] == "ok" and lines[0]["resumed"] == 1
+    for key in ("steps", "episodes", "mean_return", "losses"):
+        assert lines[0][key] == lines[1][key], key
+    curves = [curve(d) for d in dirs]
+    assert curves[0] == curves[1] and len(curves[0]) > 20
+    models = [torch.load(d / f"{name}.pt", weights_only=True) for d in dirs]
+    for key in ("model", "obs_rms"):  # (their "args" differ: the resumed run's has --resume)
+        assert_same(models[0][key], models[1][key], f"the saved {key}")
