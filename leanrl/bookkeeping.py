@@ -458,7 +458,13 @@ def unpack(live, saved):
     if isinstance(live, torch.optim.Optimizer):  # its speed options are this part's (a twin resumed with --cudagraphs)
         speed = [{key: group[key] for key in SPEED_OPTIONS if key in group} for group in live.param_groups]
         groups = [dict(group, **options) for group, options in zip(saved["param_groups"], speed)]
+        tensors = [{key: v for key, v in group.items() if torch.is_tensor(v)} for group in live.param_groups]
         live.load_state_dict(dict(saved, param_groups=groups))
+        # a tensor hyper-parameter (a twin's lr, on its device, read by its graphs) stays this run's tensor, the saved
+        # value copied in: load_state_dict would put a copy of the saved one, on the CPU, in its place
+        for group, own in zip(live.param_groups, tensors):
+            for key, tensor in own.items():
+                group[key] = tensor.copy_(torch.as_tensor(group[key]))
         return live
     if isinstance(live, torch.nn.Module):
         live.load_state_dict(saved)

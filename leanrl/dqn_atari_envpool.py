@@ -20,7 +20,9 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min, --no-save-replay
+    resume: str | None = None
+    """continue the run in this folder (or state.pt) to its --total-timesteps in new games: envpool's cannot be saved"""
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -36,7 +38,7 @@ class Args:
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     save_model: bool = False
-    """whether to save the model (and what evaluation needs) into the run folder at the end"""
+    """whether to save the model (and what evaluation needs, and the training state: see --resume) at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100  # covers the twin's update warm-up and capture: 3 calls, one every 4 steps
@@ -108,8 +110,7 @@ class QNetwork(nn.Module):
 
 def linear_schedule(start_e, end_e, duration, t):
     """Epsilon at step t: linear from start_e to end_e over `duration` steps, then end_e."""
-    slope = (end_e - start_e) / duration
-    return max(slope * t + start_e, end_e)
+    return max((end_e - start_e) / duration * t + start_e, end_e)
 
 
 def dqn_target(rewards, next_q_values, terminations, gamma):
@@ -145,8 +146,7 @@ def new_frame_store(num_envs, capacity, device="cpu", frame_shape=(84, 84)):
 def store_add(store, frames, first, actions, rewards, terminations):
     """Append one step of every env (num_envs rows, on the store's device): the newest frame of each next obs (uint8),
     whether it began a game, and the action (long), clipped reward and termination flag of the step that led there.
-    The first call stores the reset frames; its step data land in a slot written again before any transition reads it.
-    """
+    A reset's frames (a new run's first, a resumed run's) begin games: no transition reads that call's step data."""
     slots = store["frames"].shape[1]
     n = int(store["count"])
     store["actions"][:, (n - 1) % slots] = actions
@@ -170,10 +170,9 @@ def stack_frames(store, env, pos):
 
 def sample_indices(store, batch_size, tries=8):
     """Uniform (env, pos) of valid transitions, never one whose frames were overwritten or are not written yet. Each
-    draw takes the first of `tries` candidates that is not the reset step after a lost life or a game over
-    (those are one in a life's length). If all `tries` miss (probability below 1e-10 in Atari), the draw moves to a
-    neighbour: the first transition after it, or the done one before it (two reset steps never follow each other).
-    """
+    draw takes the first of `tries` candidates that is not the reset step after a lost life or a game over (those are
+    one in a life's length). If all `tries` miss (probability below 1e-10 in Atari), the draw moves to a neighbour:
+    the first transition after it, or the done one before it (two reset steps never follow each other)."""
     num_envs, slots = store["first"].shape
     n = int(store["count"])
     low = max(0, n - slots + 3)
@@ -300,6 +299,9 @@ def main(args):
         obs, _ = envs.reset()
         to_store = lambda x, dtype=None: torch.as_tensor(x, dtype=dtype).to(store_device)
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
+        run.state = lambda: dict(q_network=q_network, target_network=target_network, optimizer=optimizer, out=out,
+                                 global_step=global_step, envs=(envs, obs, running), replay=store)  # fmt: skip
+        global_step, out = run.resume("global_step", "out")  # a stopped run goes on (bookkeeping.py) in new games
         store_add(store, to_store(obs[:, -1]), to_store(zeros == 0), *no_step)
         for _ in run.progress(range(args.total_timesteps // args.num_envs)):
             # ALGO LOGIC: put action logic here
@@ -335,7 +337,6 @@ def main(args):
             if any(s % args.target_network_frequency == 0 for s in train_steps):
                 target_network.load_state_dict(q_network.state_dict())
             global_step += args.num_envs
-
             run.tick(global_step)
             if any(s % 100 == 0 for s in covered):  # log point every 100 steps, the losses at training steps as CleanRL
                 losses = run.check_finite(global_step, dict(zip(("td_loss", "q_values"), out))) if train_steps else {}

@@ -22,7 +22,9 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min, --no-save-replay
+    resume: str | None = None
+    """continue the run in this folder (or state.pt) to its --total-timesteps in new games: envpool's cannot be saved"""
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -38,7 +40,7 @@ class Args:
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     save_model: bool = False
-    """whether to save the model (and what evaluation needs) into the run folder at the end"""
+    """whether to save the model (and what evaluation needs, and the training state: see --resume) at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100  # covers the twin's update warm-up and capture: 3 calls, one every 4 steps
@@ -114,8 +116,7 @@ class QNetwork(nn.Module):
 
 def linear_schedule(start_e, end_e, duration, t):
     """Epsilon at step t: linear from start_e to end_e over `duration` steps, then end_e."""
-    slope = (end_e - start_e) / duration
-    return max(slope * t + start_e, end_e)
+    return max((end_e - start_e) / duration * t + start_e, end_e)
 
 
 def dqn_target(rewards, next_q_values, terminations, gamma):
@@ -151,8 +152,7 @@ def new_frame_store(num_envs, capacity, device="cpu", frame_shape=(84, 84)):
 def store_add(store, frames, first, actions, rewards, terminations):
     """Append one step of every env (num_envs rows, on the store's device): the newest frame of each next obs (uint8),
     whether it began a game, and the action (long), clipped reward and termination flag of the step that led there.
-    The first call stores the reset frames; its step data land in a slot written again before any transition reads it.
-    """
+    A reset's frames (a new run's first, a resumed run's) begin games: no transition reads that call's step data."""
     slots = store["frames"].shape[1]
     # trick: index_copy_ at a device index, no host sync (and no Python int: one graph for every step)
     previous, slot = ((store["count"] - 1) % slots).view(1), (store["count"] % slots).view(1)
@@ -177,10 +177,9 @@ def stack_frames(store, env, pos):
 
 def sample_indices(store, batch_size, tries=8):
     """Uniform (env, pos) of valid transitions, never one whose frames were overwritten or are not written yet. Each
-    draw takes the first of `tries` candidates that is not the reset step after a lost life or a game over
-    (those are one in a life's length). If all `tries` miss (probability below 1e-10 in Atari), the draw moves to a
-    neighbour: the first transition after it, or the done one before it (two reset steps never follow each other).
-    """
+    draw takes the first of `tries` candidates that is not the reset step after a lost life or a game over (those are
+    one in a life's length). If all `tries` miss (probability below 1e-10 in Atari), the draw moves to a neighbour:
+    the first transition after it, or the done one before it (two reset steps never follow each other)."""
     num_envs, slots = store["first"].shape
     n = store["count"]  # (trick: device-side counters: no int(), no host sync)
     low = (n - slots + 3).clamp(min=0)
@@ -361,6 +360,9 @@ def main(args):
         to_store = partial(to_device, device=store_device)
         obs = to_device(obs)
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
+        run.state = lambda: dict(q_network=q_network, target_network=target_network, optimizer=optimizer, out=out,
+                                 global_step=global_step, envs=(envs, obs, running), replay=store)  # fmt: skip
+        global_step, out = run.resume("global_step", "out")  # a stopped run goes on (bookkeeping.py) in new games
         store_add(store, obs[:, -1].to(store_device), to_store(zeros == 0), *no_step)  # (trick: obs to the device once)
         for _ in run.progress(range(args.total_timesteps // args.num_envs)):
             # ALGO LOGIC: put action logic here
@@ -392,7 +394,6 @@ def main(args):
             for i in range(len(train_steps)):
                 out = update_step(copy_yes if copy and i == len(train_steps) - 1 else copy_no)
             global_step += args.num_envs
-
             run.tick(global_step)
             if any(s % 100 == 0 for s in covered):  # log point every 100 steps, the losses at training steps as CleanRL
                 losses = run.check_finite(global_step, dict(zip(("td_loss", "q_values"), out))) if train_steps else {}

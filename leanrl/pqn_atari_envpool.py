@@ -20,7 +20,9 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay memory here)
+    resume: str | None = None
+    """continue the run in this folder (or state.pt) to its --total-timesteps in new games: envpool's cannot be saved"""
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -36,7 +38,7 @@ class Args:
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     save_model: bool = False
-    """whether to save the model (and what evaluation needs) into the run folder at the end"""
+    """whether to save the model (and what evaluation needs, and the training state: see --resume) at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     # PQN learns from iteration 1. 4 covers the twin's compiling and capturing: its Q(lambda) graph, called once an
@@ -255,6 +257,9 @@ def main(args):
         running_returns = np.zeros(args.num_envs)  # each env's score in its current game
         next_obs = torch.as_tensor(envs.reset()[0], device=device)
         next_done = torch.zeros(args.num_envs, device=device)
+        run.state = lambda: dict(q_network=q_network, optimizer=optimizer, global_step=global_step,
+                                 envs=(envs, running_returns))  # fmt: skip
+        global_step = run.resume("global_step")  # a stopped run goes on (bookkeeping.py) in new games
         for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:

@@ -24,7 +24,9 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay memory here)
+    resume: str | None = None
+    """continue the run in this folder (or state.pt) to its --total-timesteps in new games: envpool's cannot be saved"""
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -40,7 +42,7 @@ class Args:
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     save_model: bool = False
-    """whether to save the model (and what evaluation needs) into the run folder at the end"""
+    """whether to save the model (and what evaluation needs, and the training state: see --resume) at the end"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     # PQN learns from iteration 1. 4 covers the twin's compiling and capturing: its Q(lambda) graph, called once an
@@ -352,6 +354,9 @@ def main(args):
         running_returns = np.zeros(args.num_envs)  # each env's score in its current game
         # (trick: T + 1 rows: the first obs is row T; --async-envs: the groups' obs side by side)
         obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]), device=device)
+        run.state = lambda: dict(q_network=q_network, optimizer=optimizer, global_step=global_step,
+                                 envs=(env_groups, running_returns))  # (trick: --async-envs: every group)  # fmt: skip
+        global_step = run.resume("global_step")  # a stopped run goes on (bookkeeping.py) in new games
 
         def receive(step, group):
             """The envs' answer to a group's actions at `step`: obs, reward and done into their rows, games counted."""
