@@ -335,7 +335,8 @@ class StopAndResume:
     """The flags of a run that a signal stops and `--resume` continues (each script's Args inherits them)."""
 
     resume: str | None = None
-    """continue the run whose training state this is (its run folder or its state.pt) to its --total-timesteps"""
+    """continue the run whose training state this is (its run folder or its state.pt) to its --total-timesteps
+    (envpool's games cannot be saved: a resumed envpool run starts new ones)"""
     checkpoint_every_min: float = 0.0
     """also write the training state every this many minutes (0: only when SIGTERM or Ctrl-C stops the run)"""
     save_replay: bool = True
@@ -441,8 +442,14 @@ def unpack(live, saved):
         return live
     if isinstance(live, torch.optim.Optimizer):  # its speed options are this part's (a twin resumed with --cudagraphs)
         speed = [{key: group[key] for key in SPEED_OPTIONS if key in group} for group in live.param_groups]
+        # a tensor option (a twin's lr, which its graphs read) stays this tensor, the saved value copied into it
+        kept = [{key: value for key, value in group.items() if isinstance(value, torch.Tensor)} for group in
+                live.param_groups]  # fmt: skip
         groups = [dict(group, **options) for group, options in zip(saved["param_groups"], speed)]
         live.load_state_dict(dict(saved, param_groups=groups))
+        for group, tensors in zip(live.param_groups, kept):
+            with torch.no_grad():
+                group.update({key: tensor.copy_(group[key]) for key, tensor in tensors.items()})
         return live
     if isinstance(live, torch.nn.Module):
         live.load_state_dict(saved)

@@ -60,7 +60,7 @@ class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min, --no-save-rep
     # Algorithm specific arguments
     env_id: str = "Breakout-v5"
     """the id of the environment: an envpool Atari game, or a classic-control task such as CartPole-v1.
-    envpool's games: no --capture-video (RecordVideo wraps ale-py's only), --resume starts new episodes (not saved)"""
+    No --capture-video: gymnasium's RecordVideo cannot wrap envpool, only ale-py's envs"""
     mask_velocity: bool = False
     """CartPole-v1 only: hide the two velocities (a memory task: only the LSTM can infer them)"""
     total_timesteps: int = 10000000

@@ -251,3 +251,76 @@ def test_r2d2_on_envpool_resumes_with_new_episodes_and_no_save_replay_fills_a_ne
     assert begun == K // 4 and count == (1000 - K) // 4 + 1
     drawable = (starts + 4 <= count) & (count < starts + 100 - 2)
     assert torch.equal(leaves[: len(starts)] > 0, drawable) and drawable.sum() > 10
+
+
+# ---------------------------------------------------------------- PPO Atari: envpool's games, which cannot be saved
+
+PPO, PPO_TWIN = "ppo_atari_envpool", "ppo_atari_envpool_torchcompile"
+MODULES |= {name: load_script(name) for name in (PPO, PPO_TWIN)}
+# 5 iterations of 2 envs x 16 steps on Breakout, 2 epochs of 2 minibatches each; stopped at the end of the 2nd
+PPO_FLAGS = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2"]
+PPO_FLAGS += ["--total-timesteps", "160", "--measure-burnin", "1", "--seed", "3", "--save-model"]
+PPO_K = 64
+
+
+def ppo_stopped(name, folder, taken):
+    """PPO_FLAGS stopped by SIGTERM at step PPO_K, in folder: its run folder; `taken` gets the state as written."""
+    with sigterm_at(PPO_K), taking_states(taken), pytest.raises(SystemExit) as stopped:
+        main(name, PPO_FLAGS, folder, picklable=False)
+    assert stopped.value.code == 143
+    [line] = results(folder)
+    assert line["status"] == "interrupted" and line["steps"] == PPO_K, line
+    return run_folder(folder)
+
+
+@pytest.mark.parametrize("name", [PPO, PPO_TWIN])
+def test_ppo_atari_state_loads_in_a_fresh_process_and_two_resumes_give_the_same_numbers(name, tmp_path, capsys):
+    """The script stopped by SIGTERM at the end of iteration 2: the network, Adam's moments, steps and lr, the global
+    step and the RNGs load in a new process exactly as written (the envs are not saved: envpool's games); resumed
+    twice from that state, the runs give the same losses, games, curve and model, and anneal the lr from iteration 3
+    on (the last iteration's lr: 1/5 of --learning-rate)."""
+    taken = []
+    run_dir = ppo_stopped(name, tmp_path / "stopped", taken)
+    [at_write] = taken
+    assert "envs not saved, the envs cannot be saved (TypeError): a resumed run starts new episodes" in (
+        capsys.readouterr().out
+    )
+    parts = at_write["parts"]
+    assert parts["global_step"] == PPO_K and at_write["run"]["iterations"] == 2 and parts["optimizer"]["state"]
+    assert float(parts["optimizer"]["param_groups"][0]["lr"]) == pytest.approx(2.5e-4 * (1 - 1 / 5))
+    restored = resumed_in_a_fresh_process(name, run_dir, tmp_path, picklable=False)
+    saved = torch.load(run_dir / bk.STATE_FILE, weights_only=True)["state"]
+    assert saved["envs"] == {bk.NOT_SAVED: "the envs cannot be saved (TypeError)"}
+    del at_write["parts"]["envs"], restored["parts"]["envs"]  # the resumed run's own (new games)
+    assert_same(at_write, restored)
+    lines, dirs = [], []
+    for i in range(2):
+        folder = tmp_path / f"resumed{i}"
+        dirs.append(copy_of(run_dir, folder))
+        with taking_states(taken := []):
+            lines.append(main(name, ["--resume", str(dirs[-1])], folder, picklable=False)[-1])
+        assert taken[-1]["parts"]["global_step"] == 160
+        assert float(taken[-1]["parts"]["optimizer"]["param_groups"][0]["lr"]) == pytest.approx(2.5e-4 / 5)
+    assert lines[0]["status"] == "ok" and lines[0]["resumed"] == 1 and lines[0]["steps"] == 160, lines[0]
+    for key in ("steps", "episodes", "mean_return", "losses"):
+        assert lines[0][key] == lines[1][key], key
+    assert curve(dirs[0]) == curve(dirs[1])
+    models = [torch.load(d / f"{name}.pt", weights_only=True)["model"] for d in dirs]
+    assert_same(*models, where="the saved model")
+
+
+def test_an_optimizer_tensor_lr_keeps_its_tensor_and_takes_the_saved_value():
+    """A twin's lr is a tensor its compiled and captured graphs read (annealed in place): restoring Adam keeps that
+    tensor (torch's load_state_dict alone would put the saved one, on the CPU, in its place) and copies the saved
+    value into it; the moments and step are the saved ones."""
+    params = [torch.nn.Parameter(torch.randn(3))]
+    saved_adam = torch.optim.Adam(params, lr=torch.tensor(0.5), fused=True)
+    params[0].grad = torch.randn(3)
+    saved_adam.step()
+    saved = bk.pack(saved_adam)
+    live_params = [torch.nn.Parameter(torch.randn(3))]
+    lr = torch.tensor(0.1)
+    live = torch.optim.Adam(live_params, lr=lr, fused=True)
+    assert bk.unpack(live, saved) is live
+    assert live.param_groups[0]["lr"] is lr and float(lr) == 0.5
+    assert torch.equal(live.state[live_params[0]]["exp_avg"], saved_adam.state[params[0]]["exp_avg"])
