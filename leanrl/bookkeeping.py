@@ -335,7 +335,8 @@ class StopAndResume:
     """The flags of a run that a signal stops and `--resume` continues (each script's Args inherits them)."""
 
     resume: str | None = None
-    """continue the run whose training state this is (its run folder or its state.pt) to its --total-timesteps"""
+    """continue the run whose training state this is (its run folder or its state.pt) to its --total-timesteps
+    (envpool's games cannot be saved: a resumed envpool run starts new ones)"""
     checkpoint_every_min: float = 0.0
     """also write the training state every this many minutes (0: only when SIGTERM or Ctrl-C stops the run)"""
     save_replay: bool = True

@@ -20,7 +20,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay memory here)
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -306,6 +306,11 @@ def main(args):
         running_returns = np.zeros(args.num_envs)  # each env's score in its current game
         next_obs = torch.as_tensor(envs.reset()[0], device=device)
         next_done = torch.zeros(args.num_envs, device=device)
+        # a stopped run goes on: Run writes this state at an iteration's end, --resume restores it (see bookkeeping.py)
+        run.state = lambda: dict(
+            agent=agent, optimizer=optimizer, global_step=global_step,
+            envs=(envs, next_obs, next_done, running_returns))  # fmt: skip
+        global_step = run.resume("global_step")
         for iteration in run.progress(range(1, args.num_iterations + 1)):
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:

@@ -35,7 +35,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args:  # (trick: the ranks write no training state: no --resume here, the twin's lines for it left out)
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -545,6 +545,7 @@ def main(args):
         running_returns = np.zeros(args.local_num_envs)  # each env's score in its current game (trick: this rank's)
         # (trick: T + 1 rows: the first obs is row T; --async-envs: the groups' obs side by side)
         obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]), device=device)
+        # (trick: the ranks write no training state: the twin's run.state and run.resume lines left out, see Args)
 
         def receive(step, group):
             """The envs' answer to a group's actions at `step`: obs, reward and done into their rows, games counted."""

@@ -23,7 +23,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay memory here)
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -417,6 +417,11 @@ def main(args):
         running_returns = np.zeros(args.num_envs)  # each env's score in its current game
         # (trick: T + 1 rows: the first obs is row T; --async-envs: the groups' obs side by side)
         obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]), device=device)
+        # a stopped run goes on: Run writes this state at an iteration's end, --resume restores it (see bookkeeping.py)
+        run.state = lambda: dict(
+            agent=agent, optimizer=optimizer, global_step=global_step,
+            envs=(env_groups, obs[-1], env_out[-1], running_returns))  # (trick: T + 1 rows)  # fmt: skip
+        global_step = run.resume("global_step")
 
         def receive(step, group):
             """The envs' answer to a group's actions at `step`: obs, reward and done into their rows, games counted."""

@@ -31,7 +31,7 @@ CARTPOLE_POSITIONS = [0, 2]  # cart position and pole angle; --mask-velocity hid
 
 
 @dataclass
-class Args:
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min, --no-save-replay
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -47,7 +47,7 @@ class Args:
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     save_model: bool = False
-    """whether to save the model (and what evaluation needs) into the run folder at the end"""
+    """whether to save the model (what evaluation needs) and the training state (see --resume) into the run folder"""
     results_file: str = "runs/results.jsonl"
     """where the run appends its one JSON results line"""
     measure_burnin: int = 100
@@ -131,10 +131,8 @@ def spaces(env_id):
 def make_env(env_id, num_envs, seed):
     """envpool: Atari as R2D2 plays it (full action set, 30 no-ops, no sticky actions, no life loss, raw rewards)."""
     if is_atari(spaces(env_id)[0]):
-        return envpool.make(
-            env_id, env_type="gym", num_envs=num_envs, seed=seed, episodic_life=False, reward_clip=False, noop_max=30,
-            full_action_space=True, repeat_action_probability=0.0,
-        )  # fmt: skip
+        return envpool.make(env_id, env_type="gym", num_envs=num_envs, seed=seed, episodic_life=False, noop_max=30,
+                            reward_clip=False, full_action_space=True, repeat_action_probability=0.0)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return envpool.make(env_id, env_type="gym", num_envs=num_envs, seed=seed)
@@ -154,20 +152,15 @@ class QNetwork(nn.Module):
         self.image = len(obs_shape) == 3
         if self.image:
             self.torso = nn.Sequential(
-                nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
-                nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-                nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
-                nn.Flatten(), nn.Linear(3136, hidden_size), nn.ReLU(),
+                nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+                nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(), nn.Linear(3136, hidden_size), nn.ReLU(),
             )  # fmt: skip
         else:
-            self.torso = nn.Sequential(
-                nn.Linear(obs_shape[0], hidden_size), nn.ReLU(), nn.Linear(hidden_size, hidden_size), nn.ReLU()
-            )
+            self.torso = nn.Sequential(nn.Linear(obs_shape[0], hidden_size), nn.ReLU(),
+                                       nn.Linear(hidden_size, hidden_size), nn.ReLU())  # fmt: skip
         self.lstm = nn.LSTMCell(hidden_size + n_actions + 1, hidden_size)
-        self.value = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, 1))
-        self.advantage = nn.Sequential(
-            nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, n_actions)
-        )
+        head = lambda n: nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, n))
+        self.value, self.advantage = head(1), head(n_actions)
 
     def forward(self, obs, prev_actions, prev_rewards, first, state):
         """Q-values (T, B, A) of T steps of B streams from the recurrent state (h, c) before the first step; where
@@ -387,11 +380,8 @@ def sample_sequences(store, index, length):
     pos = store["starts"][index][:, None] + torch.arange(length, device=index.device)
     stack = STACK if store["frames"].dim() == 4 else 1
     at, before = pos % slots, (pos - 1) % slots
-    batch = dict(
-        obs=stack_frames(store, env, pos, stack),
-        prev_actions=store["actions"][env, before],
-        prev_rewards=store["rewards"][env, before],
-    )
+    batch = dict(obs=stack_frames(store, env, pos, stack))
+    batch |= {f"prev_{key}": store[key][env, before] for key in ("actions", "rewards")}
     batch |= {key: store[key][env, at] for key in ("first", "actions", "rewards", "terminations", "truncations")}
     batch = {key: value.transpose(0, 1) for key, value in batch.items()}
     return batch | dict(h=store["h"][index], c=store["c"][index])
@@ -437,8 +427,7 @@ def update(q_network, target_network, optimizer, batch, weights, burn_in, gamma,
     with torch.no_grad():
         targets, valid = nstep_double_q_targets(
             learned["rewards"], q_values.detach(), q_target, learned["terminations"], learned["truncations"],
-            learned["first"], gamma, n_step, eps,
-        )  # fmt: skip
+            learned["first"], gamma, n_step, eps)  # fmt: skip
     taken = q_values[:-1].gather(-1, batch["actions"][burn_in:-1, :, None]).squeeze(-1)
     td = targets - taken
     loss = (weights * (0.5 * td.square() * valid).sum(dim=0)).mean()
@@ -652,11 +641,20 @@ def main(args):
         prev_actions = torch.zeros(args.num_envs, dtype=torch.long, device=device)
         prev_rewards = torch.zeros(args.num_envs, device=device)
         first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
-        global_step, updates, logged, out = 0, 0, 0, None
+        # a stopped run goes on: Run writes this state at an iteration's end, --resume restores it (see bookkeeping.py)
+        global_step, updates, logged, out, begun = 0, 0, 0, None, run.iterations_done  # begun: the memory's start
+        run.state = lambda: dict(
+            q_network=q_network, target_network=target_network, optimizer=optimizer, replay=(store, begun),
+            progress=(global_step, updates, logged, out),  # env and gradient steps, those logged, the last losses
+            envs=(envs, obs, state, prev_actions, prev_rewards, first, running_returns, global_step))  # fmt: skip
+        (global_step, updates, logged, out), (*_, envs_step), (_, begun) = run.resume("progress", "envs", "replay")
+        if envs_step != global_step or begun:  # new episodes (envpool's), or a new memory: an episode starts here
+            at = (run.iterations_done - begun) % store["first"].shape[1]  # the obs' position: the step 2 back ends
+            store["frames"][:, at], store["first"][:, at], store["truncations"][:, at - 2] = to_store(newest(obs)), 1, 1
         for iteration in run.progress(range(num_iterations)):
             # a sequence starts here every `period` steps: it keeps the LSTM state the actor has now
-            if iteration % period == 0:
-                store_state(store, sequence_slots(store, iteration), iteration, *state)
+            if (iteration - begun) % period == 0:
+                store_state(store, sequence_slots(store, iteration - begun), iteration - begun, *state)
 
             # ALGO LOGIC: put action logic here
             actions, *state = policy(obs, prev_actions, prev_rewards, first, *state, epsilons)  # (trick: device policy)
@@ -675,13 +673,13 @@ def main(args):
             obs, prev_rewards = to_device(next_obs), to_device(rewards, torch.float32)  # (trick: obs to device once)
             step = (actions.to(store_device), prev_rewards.to(store_device), to_store(terminations))
             add(newest(obs).to(store_device), to_store(next_first), *step, to_store(truncations))
-            add_sequences(store, iteration + 2, length, period, args.priority_exponent)
+            add_sequences(store, iteration - begun + 2, length, period, args.priority_exponent)
             first, prev_actions = to_device(next_first), actions  # (trick: the actions are on the device already)
 
             # ALGO LOGIC: training, one gradient step at each env step s >= learning_starts with
-            # s % train_frequency == 0 (with several envs, those of the steps this iteration covers)
-            covered = range(global_step - args.num_envs, global_step)
-            train_steps = [s for s in covered if s >= args.learning_starts and s % args.train_frequency == 0]
+            # s % train_frequency == 0 (those of the steps this iteration covers; a new memory's: from begun on)
+            covered = range(max(global_step - args.num_envs, args.learning_starts + begun * args.num_envs), global_step)
+            train_steps = [s for s in covered if s % args.train_frequency == 0]
             for _ in train_steps:
                 # (trick: sample, update, priority write-back and target copy: one captured call, below)
                 updates += 1
