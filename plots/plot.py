@@ -6,8 +6,7 @@
     python plots/plot.py --learning --part atari --results plots/learning-runs/atari/results.jsonl --out runs --publish
     python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # the operator table's cut: benchmarks/README.md
     python plots/plot.py --replay benchmarks/results/replay_cpu.md   # the replay-buffer table's cut there too
-    python plots/plot.py --steady benchmarks/results/steady_cpu.md   # splice the steady-state table: README.md
-    python plots/plot.py --steady benchmarks/results/steady_cpu.md --readme docs/cpu-speed.md   # and there
+    python plots/plot.py --steady benchmarks/results/steady_cpu.md   # the steady table: README.md, docs/cpu-speed.md
     python plots/plot.py --gpu OUT/results.jsonl --publish           # benchmarks/gpu_session.sh's: README.md's cut
     python plots/plot.py --gpu A.jsonl B.jsonl --publish --readme docs/gpu-checks.md   # sessions A and B there
     python plots/plot.py --time-to-score OUT/time_to_score.jsonl --publish  # benchmarks/time_to_score.sh's runs
@@ -574,8 +573,8 @@ def rl_ops_brief(table, link):
 
 
 def replay_brief(table, link):
-    """benchmarks/README.md's cut of replay.py's table: for each buffer and operation the study gives a rate
-    for, the row with the least margin over it (whichever script, form and capacity that was); every row stays in
+    """benchmarks/README.md's cut of replay.py's table: for each buffer the study gives rates for, the row with the
+    least margin over its need (whichever operation, script, form and capacity that was); every row stays in
     `link`. The sampler table, and every line of text, as they are."""
     blocks = table_blocks(table)
     if not any(is_table for is_table, _ in blocks):
@@ -591,12 +590,12 @@ def replay_brief(table, link):
             if cells[-1] in ("—", ""):
                 continue
             margin = float(cells[-1].rstrip("x").replace(",", ""))
-            if margin < least.get((cells[0], cells[5]), (math.inf, ""))[0]:
-                least[(cells[0], cells[5])] = (margin, line)
+            if margin < least.get(cells[0], (math.inf, ""))[0]:
+                least[cells[0]] = (margin, line)
         rows = [line for line in lines[2:] if any(line == kept for _, kept in least.values())]
         out += [
-            "For each buffer and operation the study gives a rate for, the row with the least margin over it; every "
-            f"script, form and capacity: [{Path(link).name}]({link}).",
+            "For each buffer, the row with the least margin over the study's need; every operation, script, form and "
+            f"capacity: [{Path(link).name}]({link}).",
             "",
         ]
         out += [*lines[:2], *rows, ""]
@@ -1025,10 +1024,13 @@ def main(argv=None):
                 file=sys.stderr,
             )
             raise SystemExit(2)
-        readme = Path(args.readme or ROOT / "README.md")
-        link = Path(os.path.relpath(Path(args.steady).resolve(), readme.resolve().parent)).as_posix()
-        readme.write_text(splice(readme.read_text(), "steady-table", steady_brief(table, link)))
-        print(f"plot.py: published: {readme} (steady-table)")
+        readmes = [Path(args.readme)] if args.readme else [ROOT / "README.md", ROOT / "docs" / "cpu-speed.md"]
+        for readme in readmes:  # by default the README's cut and docs/cpu-speed.md's, the same table
+            if not args.readme and "<!-- steady-table:start -->" not in readme.read_text():
+                continue
+            link = Path(os.path.relpath(Path(args.steady).resolve(), readme.resolve().parent)).as_posix()
+            readme.write_text(splice(readme.read_text(), "steady-table", steady_brief(table, link)))
+            print(f"plot.py: published: {readme} (steady-table)")
 
 
 if __name__ == "__main__":
