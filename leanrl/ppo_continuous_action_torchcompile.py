@@ -99,14 +99,12 @@ class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay mem
     """the number of iterations (computed in runtime)"""
 
 
-def clip_at_10(x):
-    """CleanRL's clip of the normalised obs and rewards; a function, not a lambda, so that the envs pickle (--resume)"""
+def clip_at_10(x):  # CleanRL's clip of the normalised obs and rewards: a function pickles (--resume), a lambda not
     return np.clip(x, -10, 10)
 
 
 def make_env(env_id, gamma, video_dir=None):
-    """CleanRL's wrapper stack; RecordEpisodeStatistics sits inside the normalisation, so it sees raw rewards. Given a
-    video_dir (--capture-video), the env films its episodes there."""
+    """CleanRL's wrapper stack (RecordEpisodeStatistics inside the normalisation: raw rewards); films in video_dir."""
 
     def thunk():
         with bk.mujoco_warning_dropped():

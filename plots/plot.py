@@ -4,9 +4,11 @@
     python plots/plot.py --results runs/learning/results.jsonl --learning    # -> returns.md beside CleanRL's figures
     python plots/plot.py --results runs/quick/results.jsonl --publish        # and the README table, plots/*.png
     python plots/plot.py --learning --part atari --results plots/learning-runs/atari/results.jsonl --out runs --publish
-    python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # splice the operator table: benchmarks/README.md
-    python plots/plot.py --steady benchmarks/results/steady_cpu.md   # splice the steady-state table: README.md
-    python plots/plot.py --replay benchmarks/results/replay_cpu.md   # splice the replay-buffer table there too
+    python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # the operator table's cut: benchmarks/README.md
+    python plots/plot.py --replay benchmarks/results/replay_cpu.md   # the replay-buffer table's cut there too
+    python plots/plot.py --steady benchmarks/results/steady_cpu.md   # the steady table: README.md, docs/cpu-speed.md
+    python plots/plot.py --gpu OUT/results.jsonl --publish           # benchmarks/gpu_session.sh's: README.md's cut
+    python plots/plot.py --gpu A.jsonl B.jsonl --publish --readme docs/gpu-checks.md   # sessions A and B there
     python plots/plot.py --time-to-score OUT/time_to_score.jsonl --publish  # benchmarks/time_to_score.sh's runs
 
 Reads only the results lines that the scripts append (one JSON object per run) and the return curves
@@ -528,13 +530,86 @@ def steady_brief(table, link):
     return "\n".join(out) + "\n"
 
 
+def table_blocks(text):
+    """Markdown text as [(is_table, lines)], a table being consecutive lines that start with |."""
+    blocks = []
+    for line in text.strip().splitlines():
+        is_table = line.startswith("|")
+        if blocks and blocks[-1][0] == is_table:
+            blocks[-1][1].append(line)
+        else:
+            blocks.append((is_table, [line]))
+    return blocks
+
+
+def cells_of(line):
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def rl_ops_brief(table, link):
+    """benchmarks/README.md's cut of bench_rl_operators.py's table: one row an operator, at its largest size (of
+    equal ones the last), every column; the other sizes and the table of candidates stay in `link`."""
+    blocks = table_blocks(table)
+    if not any(is_table for is_table, _ in blocks):
+        return table
+    out, first = [], True
+    for i, (is_table, lines) in enumerate(blocks):
+        if not is_table:
+            if first or not (i + 1 < len(blocks) and blocks[i + 1][0]):  # text before a later table goes with it
+                out += [*lines, ""]
+            continue
+        if not first:
+            continue
+        first, largest = False, {}
+        for line in lines[2:]:
+            size = math.prod(int(n) for n in re.findall(r"=(\d+)", cells_of(line)[1]))
+            op = cells_of(line)[0]
+            if size >= largest.get(op, (0, ""))[0]:
+                largest[op] = (size, line)
+        rows = [line for line in lines[2:] if largest.get(cells_of(line)[0], (0, ""))[1] == line]
+        out += [f"One row an operator, at its largest size; every size and form: [{Path(link).name}]({link}).", ""]
+        out += [*lines[:2], *rows, ""]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip() + "\n"
+
+
+def replay_brief(table, link):
+    """benchmarks/README.md's cut of replay.py's table: for each buffer the study gives rates for, the row with the
+    least margin over its need (whichever operation, script, form and capacity that was); every row stays in
+    `link`. The sampler table, and every line of text, as they are."""
+    blocks = table_blocks(table)
+    if not any(is_table for is_table, _ in blocks):
+        return table
+    out, first = [], True
+    for is_table, lines in blocks:
+        if not is_table or not first:
+            out += [*lines, ""]
+            continue
+        first, least = False, {}
+        for line in lines[2:]:
+            cells = cells_of(line)
+            if cells[-1] in ("—", ""):
+                continue
+            margin = float(cells[-1].rstrip("x").replace(",", ""))
+            if margin < least.get(cells[0], (math.inf, ""))[0]:
+                least[cells[0]] = (margin, line)
+        rows = [line for line in lines[2:] if any(line == kept for _, kept in least.values())]
+        out += [
+            "For each buffer, the row with the least margin over the study's need; every operation, script, form and "
+            f"capacity: [{Path(link).name}]({link}).",
+            "",
+        ]
+        out += [*lines[:2], *rows, ""]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip() + "\n"
+
+
 def gpu_sessions(records):
-    """[(machine, runs, ceilings), ...] from benchmarks/gpu_session.py's results.jsonl, one per machine; plain
+    """[(machine, runs, ceilings), ...] from benchmarks/gpu_session.py's results.jsonl, one per session; plain
     results lines (a GPU run of the scripts alone) become runs of their own machine, with their sps and no window."""
     sessions, current = {}, None
     for rec in records:
         if rec.get("kind") == "machine":
             current = f"{rec['device']} · {rec['cpu']} ({rec['cpu_count']} cores) · torch {rec['torch']}"
+            current += f" · {rec.get('time', '')} · {rec.get('commit', '')}"  # two calls, one machine: two tables
             sessions.setdefault(current, (rec, [], []))
         elif rec.get("kind") in ("run", "ceiling") and current is not None:
             sessions[current][1 if rec["kind"] == "run" else 2].append(rec)
@@ -550,10 +625,11 @@ def gpu_sessions(records):
     return list(sessions.values())
 
 
-def gpu_markdown(records, brief=False):
-    """One table per machine: each env's ceiling, each pair's eager script and twin variants, LeanRL's scripts
+def gpu_markdown(records, brief=False, checks=True):
+    """One table per session: each env's ceiling, each pair's eager script and twin variants, LeanRL's scripts
     beside them, the ratios; then the checks (recompiles, host syncs) and the runs with no steady window.
-    brief: the README's cut, the eager script and the twin with both flags beside LeanRL's, and the ratios."""
+    brief: the README's cut, the eager script and the twin with both flags beside LeanRL's, and the ratios.
+    checks=False: without the checks table (docs/gpu-checks.md's cut; the archive pages keep it)."""
     out = []
     for machine, runs, ceilings in gpu_sessions(records):
         stamp = f"{machine['device']} · {machine['cpu']} ({machine['cpu_count']} cores) · torch {machine['torch']}"
@@ -630,11 +706,11 @@ def gpu_markdown(records, brief=False):
         out.append("")
         if brief:
             continue
-        checks = [r for r in runs if "recompiles_after" in r or "syncs" in r]
-        if checks:
+        checked = [r for r in runs if "recompiles_after" in r or "syncs" in r] if checks else []
+        if checked:
             out += ["| twin run | recompiles in warm-up / after | host syncs after the window (script line: count) |"]
             out += ["|---|---|---|"]
-            for r in checks:
+            for r in checked:
                 syncs = r.get("syncs")
                 where = (
                     "not counted"
@@ -875,8 +951,13 @@ def main(argv=None):
                 print(f"plot.py: error: the GPU session measured {dirty[0]}: commit, rerun, publish", file=sys.stderr)
                 raise SystemExit(2)
             readme = Path(args.readme or ROOT / "README.md")
-            readme.write_text(splice(readme.read_text(), "gpu-table", gpu_markdown(records, brief=True)))
-            print(f"plot.py: published: {readme} (gpu-table)")
+            text = readme.read_text()
+            if "<!-- gpu-sessions:start -->" in text:  # docs/gpu-checks.md: every session, without the checks
+                text, marker = splice(text, "gpu-sessions", gpu_markdown(records, checks=False)), "gpu-sessions"
+            else:  # the README: its brief cut
+                text, marker = splice(text, "gpu-table", gpu_markdown(records, brief=True)), "gpu-table"
+            readme.write_text(text)
+            print(f"plot.py: published: {readme} ({marker})")
         return
     if args.part is not None and not (args.learning and re.fullmatch(r"[a-z0-9]+", args.part)):
         parser.error("--part goes with --learning and is a word of lowercase letters and digits")
@@ -926,12 +1007,14 @@ def main(argv=None):
             print(f"plot.py: published: {readme} ({marker}), {name} and the PNGs in {plots_dir}")
     elif not any(benchmarks.values()) and not args.steady:
         raise SystemExit(f"plot.py: error: no results file at {' '.join(args.results)} (run ./run.sh first)")
-    if any(benchmarks.values()):  # the benchmark tables live in benchmarks/README.md
+    if any(benchmarks.values()):  # the benchmark tables live in benchmarks/README.md, their brief cuts
         bench_readme = Path(args.benchmarks_readme)
         bench_text = bench_readme.read_text()
+        briefs = {"rl-ops": rl_ops_brief, "replay": replay_brief}
         for marker, table in benchmarks.items():
             if table:
-                bench_text = splice(bench_text, marker, Path(table).read_text())
+                link = Path(os.path.relpath(Path(table).resolve(), bench_readme.resolve().parent)).as_posix()
+                bench_text = splice(bench_text, marker, briefs[marker](Path(table).read_text(), link))
         bench_readme.write_text(bench_text)
     if args.steady:  # the steady-state speed and compile times of the eager scripts and compiled twins
         table = Path(args.steady).read_text()
@@ -941,10 +1024,13 @@ def main(argv=None):
                 file=sys.stderr,
             )
             raise SystemExit(2)
-        readme = Path(args.readme or ROOT / "README.md")
-        link = Path(os.path.relpath(Path(args.steady).resolve(), readme.resolve().parent)).as_posix()
-        readme.write_text(splice(readme.read_text(), "steady-table", steady_brief(table, link)))
-        print(f"plot.py: published: {readme} (steady-table)")
+        readmes = [Path(args.readme)] if args.readme else [ROOT / "README.md", ROOT / "docs" / "cpu-speed.md"]
+        for readme in readmes:  # by default the README's cut and docs/cpu-speed.md's, the same table
+            if not args.readme and "<!-- steady-table:start -->" not in readme.read_text():
+                continue
+            link = Path(os.path.relpath(Path(args.steady).resolve(), readme.resolve().parent)).as_posix()
+            readme.write_text(splice(readme.read_text(), "steady-table", steady_brief(table, link)))
+            print(f"plot.py: published: {readme} (steady-table)")
 
 
 if __name__ == "__main__":

@@ -307,12 +307,69 @@ def test_readme_quick_start_runs_as_pasted_on_a_cpu_with_the_cuda_line_beside_it
     assert (ROOT / gpu[1]).exists()
 
 
+CURRENT_DOCS = ["docs/gpu-checks.md", "docs/cpu-speed.md", "benchmarks/README.md"]  # each opens with the answer
+
+
+def anchors_of(page):
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to hyphens, -1, -2 on
+    repeats."""
+    seen, anchors = {}, set()
+    for heading in re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", page.read_text(), flags=re.S), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
 def test_readme_is_short_and_its_links_resolve():
+    """The README under 15 KB; each doc that answers a speed question (the history in docs/archive/) at most 12 KB;
+    every link of the README, the benchmarks' pages and docs/ (the archive too) to a file resolves, and so does its
+    anchor (#section) where it names one."""
     readme = ROOT / "README.md"
     assert readme.stat().st_size < 15_000, f"README.md is {readme.stat().st_size} bytes: move write-ups to docs/"
-    for page in [readme, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
-            assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to missing {target}"
+    for doc in CURRENT_DOCS:
+        size = (ROOT / doc).stat().st_size
+        assert size <= 12_000, f"{doc} is {size} bytes: move its history to docs/archive/"
+    docs = [*sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "archive").glob("*.md"))]
+    docs += sorted((ROOT / "docs" / "gpu-runs").glob("*.md"))
+    assert len(list((ROOT / "docs" / "archive").glob("*.md"))) >= 10, "the dated history of the current docs"
+    for page in [readme, *sorted((ROOT / "benchmarks").glob("*.md")), *docs]:
+        for target, anchor in re.findall(r"\]\(([^)#:\s]*)(?:#([^)\s]*))?\)", page.read_text()):
+            if not target and not anchor:
+                continue
+            path = page.parent / target if target else page
+            assert path.exists(), f"{page.relative_to(ROOT)} links to missing {target}"
+            if anchor and path.suffix == ".md":
+                assert anchor in anchors_of(path), f"{page.relative_to(ROOT)} links to missing {target}#{anchor}"
+
+
+def test_the_current_docs_tables_are_what_plot_renders_from_the_committed_runs():
+    """No figure typed in: the GPU sessions of docs/gpu-checks.md (the runs its command names) and the README's cut
+    of the first, the steady table of docs/cpu-speed.md and the README (one file), the operator and replay cuts of
+    benchmarks/README.md are plot.py's renderings of the committed results; two calls on one machine, two tables."""
+    block = lambda text, marker: text.split(f"<!-- {marker}:start -->")[1].split(f"<!-- {marker}:end -->")[0].strip()
+    readme, gpu_doc = (ROOT / "README.md").read_text(), (ROOT / "docs" / "gpu-checks.md").read_text()
+    command = gpu_doc[gpu_doc.index("```bash") : gpu_doc.index("--readme docs/gpu-checks.md")]
+    paths = re.findall(r"docs/gpu-runs/[\w.-]+\.jsonl", command)
+    sessions = [[json.loads(raw) for raw in (ROOT / path).read_text().splitlines() if raw.strip()] for path in paths]
+    assert (
+        len(sessions) == 2
+        and block(gpu_doc, "gpu-sessions") == plot.gpu_markdown(sum(sessions, []), checks=False).strip()
+    )
+    assert block(gpu_doc, "gpu-sessions").count("### NVIDIA H200") == 2 and "host syncs" not in gpu_doc.split("##")[1]
+    assert block(readme, "gpu-table") == plot.gpu_markdown(sessions[0], brief=True).strip()
+    steady = (ROOT / "benchmarks" / "results" / "steady_cpu.md").read_text()
+    cpu_doc = (ROOT / "docs" / "cpu-speed.md").read_text()
+    assert block(cpu_doc, "steady-table") == plot.steady_brief(steady, "../benchmarks/results/steady_cpu.md").strip()
+    bench = (ROOT / "benchmarks" / "README.md").read_text()
+    for marker, brief, name in (
+        ("rl-ops", plot.rl_ops_brief, "rl_ops_cpu.md"),
+        ("replay", plot.replay_brief, "replay_cpu.md"),
+    ):
+        whole = (ROOT / "benchmarks" / "results" / name).read_text()
+        assert block(bench, marker) == brief(whole, f"results/{name}").strip()
+        rows = lambda text: {line for line in text.splitlines() if line.startswith("| ") and "---" not in line}
+        assert rows(block(bench, marker)) < rows(whole)  # a cut: each row as the whole report has it
 
 
 def test_benchmark_tables_are_spliced_into_the_benchmarks_readme(tmp_path):
