@@ -625,7 +625,7 @@ class Run:
         self.measured, self.wall_before, self.iterations_done, self.resumed = (0.0, 0), 0.0, 0, 0
         self.status, self.message = "ok", None
         self.save, self.stop_signal, self.deferred_stop, self.handlers = None, None, deferred_stop, {}
-        self.state, self.writing, self.notes = None, False, set()
+        self.state, self.writing, self.notes, self.wandb_id = None, False, set(), None
         self.every = 60 * getattr(args, "checkpoint_every_min", 0)
         self.next_write = self.start_time + self.every
         self.resuming = _RESUMING.pop(id(args), None) if mode == "train" else None
@@ -635,6 +635,7 @@ class Run:
             self.name, self.returns, self.losses = saved["name"], list(saved["returns"]), dict(saved["losses"])
             self.steps, self.ticks, self.iterations_done = saved["steps"], saved["ticks"], saved["iterations"]
             self.measured, self.wall_before, self.resumed = tuple(saved["meter"]), saved["wall_s"], saved["resumed"] + 1
+            self.wandb_id = saved.get("wandb_id")  # a tracked run logs on into its own wandb run
             self.mark = self.last = self.part_start = (self.start_time, self.steps)
             if self.ticks >= self.burnin:  # past its burn-in: --measure-burnin iterations left out again
                 self.burnin = self.ticks + args.measure_burnin
@@ -687,8 +688,10 @@ class Run:
         if args.track and mode == "train" and record:
             import wandb
 
-            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=vars(args), name=self.name)
-            self.wandb = wandb
+            same_run = dict(id=self.wandb_id, resume="must") if self.wandb_id else {}
+            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, config=vars(args), name=self.name,
+                       **same_run)  # fmt: skip
+            self.wandb, self.wandb_id = wandb, getattr(wandb.run, "id", None)
         self.pbar = None
 
     def progress(self, iterable):
@@ -729,7 +732,7 @@ class Run:
                      self.state().items()}  # fmt: skip
             run = dict(name=self.name, iterations=self.iterations_done, steps=self.steps, ticks=self.ticks,
                        meter=self.meter, wall_s=self.wall(), returns=list(self.returns), losses=dict(self.losses),
-                       resumed=self.resumed)  # fmt: skip
+                       resumed=self.resumed, wandb_id=self.wandb_id)  # fmt: skip
             blob = dict(format=STATE_FORMAT, script=self.script, args=asdict(self.args), run=run, rng=rng_state())
             atomic_save(dict(blob, state=parts), self.state_path)
             self.next_write = time.time() + self.every

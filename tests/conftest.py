@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -392,10 +393,11 @@ class FakeWandb:
     """Stands in for the wandb module in a `--track` run in this process: keeps init's arguments and every log."""
 
     def __init__(self):
-        self.config, self.logs, self.finished = None, [], False
+        self.config, self.logs, self.finished, self.run = None, [], False, None
 
     def init(self, **kwargs):
         self.config = kwargs
+        self.run = types.SimpleNamespace(id=kwargs.get("id", "fake-run-id"))  # wandb.run once init has run
 
     def log(self, data, step=None):
         self.logs.append((step, dict(data)))

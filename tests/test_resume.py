@@ -402,3 +402,16 @@ def test_bad_resume_input_exits_2_with_one_line_and_overwrites_nothing(case, sto
     assert len(err) == 1 and err[0].startswith("dqn.py: error: ") and message.format(path) in err[0], err
     assert not (tmp_path / "results.jsonl").exists()
     assert {p: p.read_bytes() for p in run_dir.iterdir()} == files
+
+
+def test_a_tracked_run_resumed_logs_on_into_its_own_wandb_run(tmp_path, fake_wandb):
+    """--track: the first part's wandb run id is in the state; the resumed part opens that run again (resume="must")
+    and logs its steps after the stop, so the charts go on in one run instead of starting a second."""
+    _, run_dir = stopped_run(EAGER, tmp_path, flags=["--track"])
+    assert "id" not in fake_wandb.config and torch.load(run_dir / bk.STATE_FILE)["run"]["wandb_id"] == "fake-run-id"
+    logged_before = len(fake_wandb.logs)
+    fake_wandb.run = None  # a new process: no wandb run yet
+    main(EAGER, ["--resume", str(run_dir), "--track"], tmp_path)
+    assert fake_wandb.config["id"] == "fake-run-id" and fake_wandb.config["resume"] == "must"
+    steps = [step for step, _ in fake_wandb.logs[logged_before:]]
+    assert steps and min(steps) > K and max(steps) == 400
