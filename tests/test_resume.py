@@ -4,6 +4,7 @@ never stopped (eager, the twin, the twin's capture stand-in against the uncaptur
 leaves the previous state whole; --checkpoint-every-min and --no-save-replay; bad --resume input."""
 
 import copy
+import csv
 import os
 import pickle
 import shutil
@@ -415,3 +416,31 @@ def test_a_tracked_run_resumed_logs_on_into_its_own_wandb_run(tmp_path, fake_wan
     assert fake_wandb.config["id"] == "fake-run-id" and fake_wandb.config["resume"] == "must"
     steps = [step for step, _ in fake_wandb.logs[logged_before:]]
     assert steps and min(steps) > K and max(steps) == 400
+
+
+# SIGTERM to the process once its run has ticked step 250,000 (a prelude run before the script, as run_script allows)
+STOP_AT_250K = """import os, signal
+from leanrl import bookkeeping as bk
+tick = bk.Run.tick
+def stopping_tick(run, step):
+    tick(run, step)
+    if step == 250_000:
+        os.kill(os.getpid(), signal.SIGTERM)
+bk.Run.tick = stopping_tick"""
+
+
+@pytest.mark.slow
+def test_learning_carries_across_a_resume_250k_then_250k_reach_475_as_500k_do(tmp_path):
+    """Issue 41's bar: DQN's twin on CartPole-v1 (CleanRL's defaults, --compile) stopped by SIGTERM at step 250k in
+    one process and resumed in another reaches the last-100 mean of 475 that the uninterrupted 500k run reaches
+    (tests/test_dqn.py: first at step 250,448 for seed 1)."""
+    flags = ["--compile", "--total-timesteps", "500000", "--seed", "1"]
+    proc, lines = run_script(TWIN, *flags, tmp_path=tmp_path, timeout=3600, prelude=STOP_AT_250K)
+    assert proc.returncode == 143 and lines[-1]["status"] == "interrupted" and lines[-1]["steps"] == 250_000
+    run_dir = tmp_path / lines[-1]["run_name"]
+    proc, lines = run_script(TWIN, "--resume", str(run_dir), tmp_path=tmp_path, timeout=3600)
+    assert proc.returncode == 0 and lines[-1]["resumed"] == 1 and lines[-1]["steps"] == 500_000, lines[-1]
+    rows = list(csv.DictReader((run_dir / "returns.csv").open()))
+    returns = [float(row["return"]) for row in rows]
+    means = [sum(returns[i - 99 : i + 1]) / 100 for i in range(99, len(returns))]
+    assert max(means) >= 475, f"best mean of 100 episodes: {max(means)}"
