@@ -24,7 +24,8 @@ plots/plot.py --time-to-score OUT/time_to_score.jsonl draws the curves beside th
 
 Targets (--target overrides): CleanRL's 10M-step Breakout-v5 scores as the spec rounds them, PQN 385 (CleanRL
 pqn_atari_envpool 384.85 +- 12.39), PPO 400 (CleanRL's JAX ppo_atari_envpool_xla_jax_scan: 423.90 +- 5.49; the spec's
-bar is 400). The published end points: plots/published_time_to_score.csv.
+bar is 400). The published end points: plots/published_time_to_score.csv. pqn_device_env.py (CartPole-v1 as tensors):
+475, CartPole solved, on CartPole-v1 (flags after --, e.g. -- --num-envs 4096 on a GPU).
 """
 
 import argparse
@@ -47,6 +48,8 @@ from benchmarks.gpu_session import ROOT, machine  # noqa: E402  (the machine sta
 
 DEFAULT_SCRIPT = "leanrl/pqn_atari_envpool_torchcompile.py"
 TARGETS = {"pqn_atari_envpool": 385.0, "ppo_atari_envpool": 400.0}  # by pair: the script's name less _torchcompile
+TARGETS["pqn_device_env"] = 475.0  # CartPole-v1 solved (issue 44: its env on the device, the score in seconds)
+ENVS = {"pqn_device_env": "CartPole-v1"}  # a script's env where it is not Breakout-v5
 # the dry run: sizes both Atari twins take, a target any finished game reaches (a Breakout score is never negative)
 DRY_FLAGS = "--num-envs 2 --num-steps 16 --num-minibatches 2 --update-epochs 1 --total-timesteps 20000"
 DRY_FLAGS += " --measure-burnin 1"
@@ -147,8 +150,8 @@ def parse(argv):
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], usage="%(prog)s [options] [-- FLAGS]")
     parser.add_argument("--script", default=DEFAULT_SCRIPT, help="the training script (default: %(default)s)")
-    parser.add_argument("--env-id", default="Breakout-v5", help="default: %(default)s")
-    parser.add_argument("--target", type=float, help="the last-100 mean to reach (default: PQN 385, PPO 400)")
+    parser.add_argument("--env-id", help="default: Breakout-v5 (pqn_device_env.py: CartPole-v1)")
+    parser.add_argument("--target", type=float, help="the last-100 mean to reach (default: PQN 385, PPO 400, 475)")
     parser.add_argument("--min-games", type=int, help="games before the mean counts (default 100; dry run 1)")
     parser.add_argument("--deadline-s", type=float, help="stop the run this many seconds after launch (default 540)")
     parser.add_argument("--out", default="runs/time_to_score", help="folder of the record, curve, log and run")
@@ -160,6 +163,7 @@ def parse(argv):
     parser.add_argument("--dry-run", action="store_true", help=f"CPU smoke: {DRY_FLAGS}, target 0, 1 game, 30 s")
     args = parser.parse_args(argv)
     defaults = DRY if args.dry_run else dict(target=TARGETS.get(pair_of(args.script)), min_games=100, deadline_s=540.0)
+    defaults = dict(defaults, env_id=ENVS.get(pair_of(args.script), "Breakout-v5"))
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -220,3 +220,20 @@ def test_a_run_that_wrote_no_results_line_reads_as_failed_not_as_a_score(tmp_pat
     plot.main(["--time-to-score", str(records), "--out", str(tmp_path / "out")])
     [row] = [r for r in (tmp_path / "out" / "time_to_score.md").read_text().splitlines() if r.startswith("| `")]
     assert row.split(" | ")[2:5] == ["failed (exit 2, no results line)", "0", "—"]
+
+
+def test_the_device_env_is_timed_on_cartpole_to_a_score_it_learns(tmp_path):
+    """pqn_device_env.py (issue 44): run on CartPole-v1 by default with CartPole's target (475), and timed to a score
+    only learning reaches on this CPU budget (150, where a random policy's last-100 mean is about 22): the record says
+    it was reached, when, and with the games and steps of the run's own curve."""
+    args = ["--script", "leanrl/pqn_device_env.py", "--out", str(tmp_path), "--deadline-s", "240"]
+    assert tts.parse(args)[0].target == 475.0 and tts.parse(args)[0].env_id == "CartPole-v1"
+    assert tts.main([*args, "--target", "150"]) == 0
+    [record] = [strict_json(line) for line in (tmp_path / "time_to_score.jsonl").read_text().splitlines()]
+    assert record["env_id"] == "CartPole-v1" and "--env-id CartPole-v1" in record["flags"] and record["reached"]
+    assert record["stopped_by"] == "target" and 0 < record["seconds_to_score"] < 240 and record["mean_at_score"] >= 150
+    with open(tmp_path / record["curve"]) as f:
+        rows = list(csv.DictReader(f))
+    at = record["games_at_score"] - 1  # the game at which the mean first reached the target, by the curve
+    assert int(rows[at]["step"]) == record["steps_at_score"] and float(rows[at]["last100_mean"]) >= 150
+    assert at >= 99 and all(float(row["last100_mean"]) < 150 for row in rows[99:at])
