@@ -21,8 +21,6 @@ from leanrl import bookkeeping as bk
 
 @dataclass
 class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay memory here)
-    resume: str | None = None
-    """continue the run in this folder (or state.pt) to its --total-timesteps in new games: envpool's cannot be saved"""
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
