@@ -16,8 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_rl_operators import time_call  # noqa: E402
-from benchmarks.replay import load_script  # noqa: E402
+from benchmarks.harness import load_script, time_call  # noqa: E402
 
 CPU = torch.device("cpu")
 

@@ -48,16 +48,16 @@ import tyro
 
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_rl_operators import (  # noqa: E402  (the project's timer, machine stamp and report policy)
+from benchmarks.harness import (  # noqa: E402  (the project's timer, machine stamp and report policy)
     FULL_OUT,
     QUICK_OUT,
     ROOT,
+    load_script,
     machine_info,
     machine_line,
     time_call,
     write_or_refuse,
 )
-from benchmarks.replay import load_script  # noqa: E402
 from leanrl.bookkeeping import source_commit  # noqa: E402
 
 CPU = torch.device("cpu")

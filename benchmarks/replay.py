@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import math
 import statistics
 import sys
@@ -51,11 +50,12 @@ import torch
 
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_rl_operators import (  # noqa: E402  (its machine stamp, timing and report policy)
+from benchmarks.harness import (  # noqa: E402  (the machine stamp, the report policy, a script as a module)
     FULL_OUT,
     QUICK_OUT,
     ROOT,
     device_tag,
+    load_script,
     machine_info,
     machine_line,
     stopped_by_signal,
@@ -64,15 +64,6 @@ from benchmarks.bench_rl_operators import (  # noqa: E402  (its machine stamp, t
 
 STUDY = ROOT / "benchmarks" / "replay_storage_rates.csv"  # the study's rates, copied in with their source
 SECTIONS = ["buffers", "samplers"]  # the buffers against the study's rates; R2D2's sum tree against a cumsum sampler
-
-
-def load_script(name):
-    """leanrl/<name>.py as a module, without running it (scripts import without side effects)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "leanrl" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # torch.compile reads a function's globals through its module
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass
