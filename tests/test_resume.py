@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
 
+import gpu_standin
 import pytest
 import torch
 from conftest import ROOT, load_script, main_args, run_script, strict_json
@@ -109,6 +110,22 @@ def stopped(tmp_path_factory):
 def copy_of(run_dir, folder):
     """A copy of the run folder under folder (a resume writes into the folder it resumes)."""
     return Path(shutil.copytree(run_dir, Path(folder) / run_dir.name))
+
+
+def resumed_captured_and_not(main, name, run_dir, tmp_path, min_graphs=0):
+    """One state resumed twice: with --cudagraphs under the CPU capture stand-in (its graphs, at least min_graphs, each
+    captured after the resume and replayed), then on the same code path uncaptured. (results lines, run folders)"""
+    lines, dirs = [], []
+    for variant in (True, "uncaptured"):
+        folder = tmp_path / str(variant)
+        dirs.append(copy_of(run_dir, folder))
+        [line] = main(name, ["--resume", str(dirs[-1])], folder, cudagraphs=variant)
+        lines.append(line)
+        if variant is True:
+            captured = [(c.captured_at, c.calls) for c in gpu_standin.CONTRACTS]
+            assert len(captured) >= min_graphs and all(at is not None and n > at for at, n in captured), captured
+    assert lines[0]["cudagraphs"] is True and lines[0]["status"] == "ok" and lines[0]["resumed"] == 1
+    return lines, dirs
 
 
 # RecordEpisodeStatistics' wall-clock times of the episodes (no script reads them); the sub-envs' RNGs are compared as
@@ -228,13 +245,7 @@ def test_a_resumed_twin_under_the_capture_stand_in_equals_the_resumed_twin_uncap
     policy step, the update and the target copy captured again after the resume) and with the same code path
     uncaptured: the same losses, episodes, return curve and model."""
     _, run_dir = stopped_run(TWIN, tmp_path / "stopped")
-    lines, dirs = [], []
-    for variant in (True, "uncaptured"):
-        folder = tmp_path / str(variant)
-        dirs.append(copy_of(run_dir, folder))
-        [line] = main(TWIN, ["--resume", str(dirs[-1])], folder, cudagraphs=variant)
-        lines.append(line)
-    assert lines[0]["cudagraphs"] is True and lines[0]["status"] == "ok" and lines[0]["resumed"] == 1
+    lines, dirs = resumed_captured_and_not(main, TWIN, run_dir, tmp_path)
     for key in ("steps", "episodes", "mean_return", "losses", "epsilon"):
         assert lines[0][key] == lines[1][key], key
     curves = [[row.split(",")[::2] for row in (d / "returns.csv").read_text().splitlines()] for d in dirs]

@@ -13,13 +13,12 @@ import sys
 from contextlib import redirect_stdout
 from unittest import mock
 
-import gpu_standin
 import numpy as np
 import pytest
 import torch
 from conftest import ROOT, load_script
 from gpu_standin import run_main
-from test_resume import assert_same, copy_of, results, run_folder, sigterm_at, snapshot
+from test_resume import assert_same, copy_of, results, resumed_captured_and_not, run_folder, sigterm_at, snapshot
 
 from leanrl import bookkeeping as bk
 
@@ -224,16 +223,7 @@ def test_a_resumed_twin_under_the_capture_stand_in_equals_the_resumed_twin_uncap
     replayed; the optimizer capturable whatever the stopped run's was) and with the same code path uncaptured: the
     same losses, episodes, return curve, model and last state."""
     run_dir = stopped[name][0]
-    lines, dirs = [], []
-    for variant in (True, "uncaptured"):
-        folder = tmp_path / str(variant)
-        dirs.append(copy_of(run_dir, folder))
-        [line] = main(name, ["--resume", str(dirs[-1])], folder, cudagraphs=variant)
-        lines.append(line)
-        if variant is True:
-            captured = [(c.captured_at, c.calls) for c in gpu_standin.CONTRACTS]
-            assert len(captured) >= 3 and all(at is not None and calls > at for at, calls in captured), captured
-    assert lines[0]["cudagraphs"] is True and lines[0]["status"] == "ok" and lines[0]["resumed"] == 1
+    lines, dirs = resumed_captured_and_not(main, name, run_dir, tmp_path, min_graphs=3)
     assert_same_runs(name, lines, dirs)
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import load_script
 from gpu_standin import run_main
-from test_resume import assert_same, copy_of, results, run_folder, sigterm_at, snapshot
+from test_resume import assert_same, copy_of, results, resumed_captured_and_not, run_folder, sigterm_at, snapshot
 
 from leanrl import bookkeeping as bk
 
@@ -144,13 +144,7 @@ def test_a_resumed_twin_under_the_capture_stand_in_equals_the_resumed_twin_uncap
     """One state (the twin stopped at step K) resumed with --cudagraphs under the CPU capture stand-in (the policy
     step, the buffer write and the updates captured again after the resume) and with the same code path uncaptured:
     the same losses, episodes, returns curve and saved actor and critics."""
-    lines, dirs = [], []
-    for variant in (True, "uncaptured"):
-        folder = tmp_path / str(variant)
-        dirs.append(copy_of(stopped[name][0], folder))
-        [line] = main(name, ["--resume", str(dirs[-1])], folder, cudagraphs=variant)
-        lines.append(line)
-    assert lines[0]["cudagraphs"] is True and lines[0]["status"] == "ok" and lines[0]["resumed"] == 1
+    lines, dirs = resumed_captured_and_not(main, name, stopped[name][0], tmp_path)
     for key in ("steps", "episodes", "mean_return", "losses"):
         assert lines[0][key] == lines[1][key], key
     curves = [curve(d) for d in dirs]

@@ -3,12 +3,11 @@ stopped by SIGTERM at an iteration's end and resumed give exactly the numbers of
 curve, model, last state); the twins' capture stand-in resumed equals the uncaptured resumed run; another script's
 state is refused."""
 
-import gpu_standin
 import pytest
 import torch
 from conftest import load_script, main_args
 from gpu_standin import run_main
-from test_resume import assert_same, copy_of, results, run_folder, sigterm_at
+from test_resume import assert_same, results, resumed_captured_and_not, run_folder, sigterm_at
 
 from leanrl import bookkeeping as bk
 
@@ -87,16 +86,7 @@ def test_a_resumed_twin_under_the_capture_stand_in_equals_the_resumed_twin_uncap
     graphs captured again after the resume, RAdam capturable whatever the stopped run's was) and with the same code
     path uncaptured: the same losses, episodes, return curve and model."""
     run_dir = stopped_run(name, tmp_path / "stopped")
-    lines, dirs = [], []
-    for variant in (True, "uncaptured"):
-        folder = tmp_path / str(variant)
-        dirs.append(copy_of(run_dir, folder))
-        [line] = main(name, ["--resume", str(dirs[-1])], folder, cudagraphs=variant)
-        lines.append(line)
-        if variant is True:  # every graph was captured after the resume, and replayed
-            captured = [(c.captured_at, c.calls) for c in gpu_standin.CONTRACTS]
-            assert captured and all(at is not None and calls > at for at, calls in captured), captured
-    assert lines[0]["cudagraphs"] is True and lines[0]["status"] == "ok" and lines[0]["resumed"] == 1
+    lines, dirs = resumed_captured_and_not(main, name, run_dir, tmp_path, min_graphs=1)
     for key in ("steps", "episodes", "mean_return", "losses", "epsilon"):
         assert lines[0][key] == lines[1][key], key
     assert curve(dirs[0]) == curve(dirs[1]) and len(curve(dirs[0])) > 10

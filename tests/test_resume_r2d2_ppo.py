@@ -15,14 +15,13 @@ import sys
 from contextlib import contextmanager
 from unittest import mock
 
-import gpu_standin
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from conftest import ROOT, load_script
 from gpu_standin import run_main
-from test_resume import assert_same, copy_of, results, run_folder, sigterm_at, snapshot
+from test_resume import assert_same, copy_of, results, resumed_captured_and_not, run_folder, sigterm_at, snapshot
 
 from leanrl import bookkeeping as bk
 
@@ -193,16 +192,7 @@ def test_r2d2_twin_resumed_under_the_capture_stand_in_equals_the_twin_resumed_un
     policy step, the replay write and the update captured after the resume, Adam capturable) and with the same code
     path uncaptured: the same losses, gradient steps, episodes, return curve and model."""
     run_dir = stopped_run(R2D2_TWIN, tmp_path / "stopped")
-    lines, dirs = [], []
-    for variant in (True, "uncaptured"):
-        folder = tmp_path / str(variant)
-        dirs.append(copy_of(run_dir, folder))
-        [line] = main(R2D2_TWIN, ["--resume", str(dirs[-1])], folder, cudagraphs=variant)
-        lines.append(line)
-        if variant is True:  # every graph was captured after the resume, and replayed
-            captured = [(c.captured_at, c.calls) for c in gpu_standin.CONTRACTS]
-            assert len(captured) == 3 and all(at is not None and calls > at for at, calls in captured), captured
-    assert lines[0]["cudagraphs"] is True and lines[0]["status"] == "ok" and lines[0]["resumed"] == 1
+    lines, dirs = resumed_captured_and_not(main, R2D2_TWIN, run_dir, tmp_path, min_graphs=3)
     for key in SAME:
         assert lines[0][key] == lines[1][key], key
     assert curve(dirs[0]) == curve(dirs[1]) and len(curve(dirs[0])) > 10
