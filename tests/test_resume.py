@@ -128,6 +128,17 @@ def resumed_captured_and_not(main, name, run_dir, tmp_path, min_graphs=0):
     return lines, dirs
 
 
+def assert_same_ends(name, whole_dir, run_dir):
+    """Two runs' folders end alike: the saved model, the last state, the RNGs and the run's counts, exactly."""
+    models = [torch.load(d / f"{name}.pt", weights_only=True)["model"] for d in (whole_dir, run_dir)]
+    assert_same(*models, where="the saved model")
+    states = [torch.load(d / bk.STATE_FILE, weights_only=True) for d in (whole_dir, run_dir)]
+    assert_same(states[0]["state"], states[1]["state"], "the last state")
+    assert_same(states[0]["rng"], states[1]["rng"], "the RNGs")
+    for key in ("iterations", "steps", "ticks", "returns"):
+        assert states[0]["run"][key] == states[1]["run"][key], key
+
+
 # RecordEpisodeStatistics' wall-clock times of the episodes (no script reads them); the sub-envs' RNGs are compared as
 # their bit generators' states
 WALL_CLOCK = ("episode_start_time", "time_queue", "_np_random", "np_random")

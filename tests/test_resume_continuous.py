@@ -59,19 +59,19 @@ def comparable(state):
     return state
 
 
-def stop(name, folder):
-    """The script's SHORT run stopped by SIGTERM at step K in folder: (its run folder, its state when written)."""
+def stop(name, folder, main=main, flags=SHORT, k=K):
+    """The script's run (flags) stopped by SIGTERM at step k in folder: (its run folder, its state when written)."""
     taken, write = [], bk.Run.write_state
 
     def write_and_take(run):
         taken.append(snapshot(run))
         write(run)
 
-    with mock.patch.object(bk.Run, "write_state", write_and_take), sigterm_at(K), pytest.raises(SystemExit) as end:
-        main(name, SHORT, folder)
+    with mock.patch.object(bk.Run, "write_state", write_and_take), sigterm_at(k), pytest.raises(SystemExit) as end:
+        main(name, flags, folder)
     assert end.value.code == 143  # 128 + SIGTERM
     [line] = results(folder)
-    assert line["status"] == "interrupted" and line["steps"] == K and line["resumed"] == 0, line
+    assert line["status"] == "interrupted" and line["steps"] == k and line["resumed"] == 0, line
     [at_write] = taken
     return run_folder(folder), at_write
 
@@ -106,6 +106,11 @@ def test_the_state_comes_back_exactly(name, stopped, tmp_path):
         assert steps and all(int(step) > 0 for step in steps), "an optimizer has not stepped"
     if name.startswith("sac"):
         assert parts["log_alpha"].item() != 0.0, "the temperature has not moved from 1"
+    assert_same(comparable(at_write), comparable(state_at_the_loop(name, run_dir, tmp_path)))
+
+
+def state_at_the_loop(name, run_dir, tmp_path, main=main):
+    """The state of the stopped run in run_dir resumed, where its loop would start (snapshot(), as written)."""
     restored = []
 
     def taken(run, iterable):
@@ -114,16 +119,22 @@ def test_the_state_comes_back_exactly(name, stopped, tmp_path):
 
     with mock.patch.object(bk.Run, "progress", taken), pytest.raises(SystemExit):
         main(name, ["--resume", str(copy_of(run_dir, tmp_path))], tmp_path)
-    assert_same(comparable(at_write), comparable(restored[0]))
+    return restored[0]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_run_stopped_by_sigterm_and_resumed_gives_the_numbers_of_the_run_never_stopped(name, stopped, tmp_path):
     """SHORT with its seed once through, and stopped at step K then resumed with only --resume: the same losses,
     episodes, returns curve, saved actor and critics, and last state (memory, optimizers, temperature, envs, RNGs)."""
+    resumed_equals_whole(name, stopped[name][0], tmp_path, saved=("actor", "qf"))
+
+
+def resumed_equals_whole(name, run_dir, tmp_path, main=main, flags=SHORT, saved=()):
+    """The run of flags once through, and the stopped one in run_dir resumed with only --resume: the same losses,
+    episodes, returns curve, saved model (its `saved` parts), last state and RNGs."""
     whole, folder = tmp_path / "whole", tmp_path / "stopped"
-    [line] = main(name, SHORT, whole)
-    resumed = copy_of(stopped[name][0], folder)
+    [line] = main(name, flags, whole)
+    resumed = copy_of(run_dir, folder)
     last = main(name, ["--resume", str(resumed)], folder)[-1]
     assert last["status"] == "ok" and last["resumed"] == 1 and last["run_name"] == resumed.name, last
     for key in ("steps", "episodes", "mean_return", "losses"):
@@ -132,8 +143,8 @@ def test_a_run_stopped_by_sigterm_and_resumed_gives_the_numbers_of_the_run_never
     curves = [curve(d) for d in (whole_dir, resumed)]
     assert curves[0] == curves[1] and len(curves[0]) > 20
     models = [torch.load(d / f"{name}.pt", weights_only=True) for d in (whole_dir, resumed)]
-    assert_same(models[0]["actor"], models[1]["actor"], "the saved actor")
-    assert_same(models[0]["qf"], models[1]["qf"], "the saved critics")
+    for key in saved:  # (the checkpoints' "args" differ: the resumed run's has --resume)
+        assert_same(models[0][key], models[1][key], f"the saved {key}")
     states = [torch.load(d / bk.STATE_FILE, weights_only=True) for d in (whole_dir, resumed)]
     assert_same(comparable(states[0]["state"]), comparable(states[1]["state"]), "the last state")
     assert_same(states[0]["rng"], states[1]["rng"], "the RNGs")

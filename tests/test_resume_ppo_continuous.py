@@ -6,16 +6,13 @@ capture stand-in resumed equals the twin resumed uncaptured. The helpers are tes
 test_resume_continuous.py's."""
 
 import pickle
-from unittest import mock
 
 import pytest
 import torch
 from conftest import load_script
 from gpu_standin import run_main
-from test_resume import assert_same, copy_of, results, resumed_captured_and_not, run_folder, sigterm_at, snapshot
-from test_resume_continuous import comparable, curve
-
-from leanrl import bookkeeping as bk
+from test_resume import assert_same, results, resumed_captured_and_not
+from test_resume_continuous import comparable, curve, resumed_equals_whole, state_at_the_loop, stop
 
 NAMES = ["ppo_continuous_action", "ppo_continuous_action_torchcompile"]
 MODULES = {name: load_script(name) for name in NAMES}
@@ -46,27 +43,10 @@ def normalisers(packed_envs):
     return stats
 
 
-def stop(name, folder):
-    """The script's SHORT run stopped by SIGTERM at step K in folder: (its run folder, its state when written)."""
-    taken, write = [], bk.Run.write_state
-
-    def write_and_take(run):
-        taken.append(snapshot(run))
-        write(run)
-
-    with mock.patch.object(bk.Run, "write_state", write_and_take), sigterm_at(K), pytest.raises(SystemExit) as end:
-        main(name, SHORT, folder)
-    assert end.value.code == 143  # 128 + SIGTERM
-    [line] = results(folder)
-    assert line["status"] == "interrupted" and line["steps"] == K and line["resumed"] == 0, line
-    [at_write] = taken
-    return run_folder(folder), at_write
-
-
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
     """Each script's SHORT run stopped at step K: {name: (its run folder, its state when written)}."""
-    return {name: stop(name, tmp_path_factory.mktemp(name)) for name in NAMES}
+    return {name: stop(name, tmp_path_factory.mktemp(name), main, SHORT, K) for name in NAMES}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -79,38 +59,16 @@ def test_the_state_comes_back_exactly(name, stopped, tmp_path):
     assert "pickled_envs" in parts["envs"][0], "the envs were left out: their normalisation would start again"
     stats = normalisers(parts["envs"][0])
     assert len(stats) == 4 and all(count > K / 4 for _, _, count in stats), "no normalisation statistics saved"
-    restored = []
-
-    def taken(run, iterable):
-        restored.append(snapshot(run))
-        raise SystemExit(0)
-
-    with mock.patch.object(bk.Run, "progress", taken), pytest.raises(SystemExit):
-        main(name, ["--resume", str(copy_of(run_dir, tmp_path))], tmp_path)
-    assert_same(comparable(at_write), comparable(restored[0]))
-    assert_same(stats, normalisers(restored[0]["parts"]["envs"][0]), "the normalisation statistics")
+    restored = state_at_the_loop(name, run_dir, tmp_path, main)
+    assert_same(comparable(at_write), comparable(restored))
+    assert_same(stats, normalisers(restored["parts"]["envs"][0]), "the normalisation statistics")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_run_stopped_by_sigterm_and_resumed_gives_the_numbers_of_the_run_never_stopped(name, stopped, tmp_path):
     """SHORT with its seed once through, and stopped at step K then resumed with only --resume: the same losses,
     episodes, returns curve, saved model and last state (agent, Adam, envs with their statistics, RNGs)."""
-    whole, folder = tmp_path / "whole", tmp_path / "stopped"
-    [line] = main(name, SHORT, whole)
-    resumed = copy_of(stopped[name][0], folder)
-    last = main(name, ["--resume", str(resumed)], folder)[-1]
-    assert last["status"] == "ok" and last["resumed"] == 1 and last["run_name"] == resumed.name, last
-    for key in ("steps", "episodes", "mean_return", "losses"):
-        assert last[key] == line[key], key
-    whole_dir = run_folder(whole)
-    curves = [curve(d) for d in (whole_dir, resumed)]
-    assert curves[0] == curves[1] and len(curves[0]) > 20
-    models = [torch.load(d / f"{name}.pt", weights_only=True) for d in (whole_dir, resumed)]
-    for key in ("model", "obs_rms"):  # (their "args" differ: the resumed run's has --resume)
-        assert_same(models[0][key], models[1][key], f"the saved {key}")
-    states = [torch.load(d / bk.STATE_FILE, weights_only=True) for d in (whole_dir, resumed)]
-    assert_same(comparable(states[0]["state"]), comparable(states[1]["state"]), "the last state")
-    assert_same(states[0]["rng"], states[1]["rng"], "the RNGs")
+    resumed_equals_whole(name, stopped[name][0], tmp_path, main, SHORT, saved=("model", "obs_rms"))
 
 
 def test_a_resumed_twin_under_the_capture_stand_in_equals_the_resumed_twin_uncaptured(stopped, tmp_path):

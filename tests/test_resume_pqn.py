@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import load_script, main_args
 from gpu_standin import run_main
-from test_resume import assert_same, results, resumed_captured_and_not, run_folder, sigterm_at
+from test_resume import assert_same, assert_same_ends, results, resumed_captured_and_not, run_folder, sigterm_at
 
 from leanrl import bookkeeping as bk
 
@@ -71,13 +71,7 @@ def test_a_run_stopped_by_sigterm_and_resumed_gives_the_numbers_of_the_run_never
     whole_dir = run_folder(whole)
     assert curve(run_dir) == curve(whole_dir) and len(curve(whole_dir)) > 10
     assert int(curve(run_dir)[0][0]) <= K[name] < int(curve(run_dir)[-1][0])  # episodes on both sides of K
-    models = [torch.load(d / f"{name}.pt", weights_only=True)["model"] for d in (whole_dir, run_dir)]
-    assert_same(*models, where="the saved model")
-    states = [torch.load(d / bk.STATE_FILE, weights_only=True) for d in (whole_dir, run_dir)]
-    assert_same(states[0]["state"], states[1]["state"], "the last state")
-    assert_same(states[0]["rng"], states[1]["rng"], "the RNGs")
-    for key in ("iterations", "steps", "ticks", "returns"):
-        assert states[0]["run"][key] == states[1]["run"][key], key
+    assert_same_ends(name, whole_dir, run_dir)
 
 
 @pytest.mark.parametrize("name", [TWIN, DEVICE])

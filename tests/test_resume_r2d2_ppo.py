@@ -21,7 +21,16 @@ import pytest
 import torch
 from conftest import ROOT, load_script
 from gpu_standin import run_main
-from test_resume import assert_same, copy_of, results, resumed_captured_and_not, run_folder, sigterm_at, snapshot
+from test_resume import (
+    assert_same,
+    assert_same_ends,
+    copy_of,
+    results,
+    resumed_captured_and_not,
+    run_folder,
+    sigterm_at,
+    snapshot,
+)
 
 from leanrl import bookkeeping as bk
 
@@ -135,13 +144,7 @@ def test_r2d2_stopped_by_sigterm_and_resumed_gives_the_numbers_of_the_run_never_
     whole_dir = run_folder(whole)
     assert curve(run_dir) == curve(whole_dir)
     assert int(curve(run_dir)[0][0]) <= K < int(curve(run_dir)[-1][0])  # episodes on both sides of K
-    models = [torch.load(d / f"{name}.pt", weights_only=True)["model"] for d in (whole_dir, run_dir)]
-    assert_same(*models, where="the saved model")
-    states = [torch.load(d / bk.STATE_FILE, weights_only=True) for d in (whole_dir, run_dir)]
-    assert_same(states[0]["state"], states[1]["state"], "the last state")
-    assert_same(states[0]["rng"], states[1]["rng"], "the RNGs")
-    for key in ("iterations", "steps", "ticks", "returns"):
-        assert states[0]["run"][key] == states[1]["run"][key], key
+    assert_same_ends(name, whole_dir, run_dir)
 
 
 # loads the script in a fresh process, resumes the run and, where the loop would start, writes what its state is
