@@ -438,7 +438,8 @@ def main(args):
         # TRY NOT TO MODIFY: start the game
         global_step, stats, losses = 0, {}, {}
         obs, _ = envs.reset(seed=args.seed)
-        obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        # trick: the reset obs laid out as the step's upload lays it out (a column of it): one graph takes both
+        obs = torch.zeros((args.num_envs, 2 * obs_dim + 2), device=device)[:, :obs_dim].copy_(torch.from_numpy(obs))
         # a stopped run goes on: the state Run writes at a step's end, restored by --resume (bookkeeping.py says how)
         run.state = lambda: dict(qnet_params=qnet_params, qnet_target=qnet_target.to_dict(),  # the stack: trick above
                                  actor=actor, target_actor=target_actor, q_optimizer=q_optimizer,

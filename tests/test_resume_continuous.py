@@ -163,3 +163,18 @@ def test_a_resumed_twin_under_the_capture_stand_in_equals_the_resumed_twin_uncap
     models = [torch.load(d / f"{name}.pt", weights_only=True) for d in dirs]
     assert_same(models[0]["actor"], models[1]["actor"], "the saved actor")
     assert_same(models[0]["qf"], models[1]["qf"], "the saved critics")
+
+
+def test_a_resumed_compiled_twin_compiles_no_more_graphs_than_a_new_run(stopped, tmp_path):
+    """TD3's twin with --compile: a resumed run (its obs restored into the reset obs) compiles as many graphs as a new
+    run; an obs laid out otherwise after the reset (a strided column of the step's upload) recompiled the update at its
+    second call. SAC's twin shares the layout."""
+    from torch._dynamo.utils import counters
+
+    name, graphs = "td3_continuous_action_torchcompile", []
+    resumed = ["--resume", str(copy_of(stopped[name][0], tmp_path))]
+    for flags, folder in ((SHORT, tmp_path / "new"), (resumed, tmp_path)):
+        counters.clear()
+        main(name, [*flags, "--compile"], folder)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] == graphs[1] > 0, graphs

@@ -436,8 +436,8 @@ TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit 
     "ppo_atari_envpool": 277,  # 204, then --env-threads, --async-envs and FAST_FLAGS (issue 40)
     "ppo_continuous_action": 264,  # 224, then the one-graph update with Adam as tensor ops, SAC's and TD3's (issue 28),
     # then the training state's T + 1 storage row (issue 41)
-    "sac_continuous_action": 206,
-    "td3_continuous_action": 198,  # 196, then one pinned upload a step, as SAC's (issue 42)
+    "sac_continuous_action": 209,  # 206, then the reset obs in the step upload's layout (one graph; issue 42)
+    "td3_continuous_action": 201,  # 196, then one pinned upload a step, as SAC's, the reset obs in its layout (42)
     "dqn": 127,
     "dqn_atari_envpool": 121,
     "r2d2_atari_envpool": 129,
