@@ -306,9 +306,10 @@ def load_checkpoint(script, path, *keys):
 #   where the loop of `run.progress` asks for its next iteration: when SIGTERM or Ctrl-C came during the iteration
 #   (the run then ends "interrupted", its results line written as before; a second signal before the iteration's end
 #   stops the run at once and writes no state, one while the state is written is not acted on), every
-#   --checkpoint-every-min minutes, and at the end of a run that went well with --save-model (or that has written a
-#   state before, so that the folder's state is always the latest). A run with `deferred_stop` writes it in
-#   `run.stop_for`, where the script stops it.
+#   --checkpoint-every-min minutes, and at the loop's end with --save-model (or in a run that has written a state
+#   before, or resumed from one, so that the folder's state is always the latest). The ranks of a distributed run
+#   (`deferred_stop`) agree on the iterations where it is written: every rank calls `run.state()` there, which may
+#   gather from the others, and rank 0 alone writes the file.
 # - `--resume PATH` (a run folder or its state file): check_flags reads the state first, so that every check sees the
 #   flags the run was started with; a flag left at its default takes the saved value (so one given at its default
 #   does too); a flag given with another value is refused unless it is in MAY_CHANGE (--total-timesteps may be
@@ -606,15 +607,16 @@ class Run:
       "interrupted", with its curve, checkpoint and results line; a signal that comes while the run is ending (a
       scheduler's second SIGTERM, torchrun forwarding the one its ranks got) is not raised there, so it cannot cut them
       short. A signal the process was started ignoring (a job that a shell without job control started with `&`
-      ignores SIGINT) stays ignored. deferred_stop=True: a signal only sets `run.stop_signal`; the script stops where
-      it chooses with run.stop_for() (the ranks of a distributed run agree on the iteration to stop at).
+      ignores SIGINT) stays ignored. deferred_stop=agree: a signal only sets `run.stop_signal`; at each iteration's
+      end `agree(signal or 0, state due)` returns what every rank agrees on (the ranks of a distributed run stop, and
+      write their training state, at the same iteration).
     - A stopped run goes on: where the script names its training state (`run.state`, `run.resume`, see "a stopped
       run goes on" above), a signal stops the run at the iteration's end, the state written there first.
     - record=False: a run that keeps its meter, its checks and its exit status but writes and prints nothing (no
-      folder, curve, progress bar, wandb, results line or summary): the other ranks of a distributed run.
+      folder, curve, progress bar, wandb, results line, summary or state file): the other ranks of a distributed run.
     """
 
-    def __init__(self, script, args, device, burnin=None, mode="train", record=True, deferred_stop=False, **fields):
+    def __init__(self, script, args, device, burnin=None, mode="train", record=True, deferred_stop=None, **fields):
         if getattr(args, "capture_video", False):
             check_video(script, args.env_id)  # before the run folder and the results line: bad input leaves neither
         self.script, self.args, self.mode, self.record = Path(script).name, args, mode, record
@@ -626,11 +628,13 @@ class Run:
         self.status, self.message = "ok", None
         self.save, self.stop_signal, self.deferred_stop, self.handlers = None, None, deferred_stop, {}
         self.state, self.writing, self.notes, self.wandb_id = None, False, set(), None
+        self.has_state = False  # whether the run has a training state to keep up to date (written, or resumed from)
         self.every = 60 * getattr(args, "checkpoint_every_min", 0)
         self.next_write = self.start_time + self.every
         self.resuming = _RESUMING.pop(id(args), None) if mode == "train" else None
         if self.resuming:  # the run goes on: its name and folder (the one that holds the state), its meter, its curve
             state_path, blob = self.resuming
+            self.has_state = True
             self.dir, saved = state_path.parent, blob["run"]
             self.name, self.returns, self.losses = saved["name"], list(saved["returns"]), dict(saved["losses"])
             self.steps, self.ticks, self.iterations_done = saved["steps"], saved["ticks"], saved["iterations"]
@@ -710,12 +714,16 @@ class Run:
         for item in items:
             yield item
             self.iterations_done += 1  # the iteration's end: its state is whole
-            if self.state is None:
-                continue
-            if self.stop_signal and not self.deferred_stop:
-                self.stop_for(self.stop_signal)
-            elif self.every and time.time() >= self.next_write:
+            signum, due = self.stop_signal or 0, self.state_due
+            if self.deferred_stop:  # the ranks of a distributed run agree on both (a collective)
+                signum, due = self.deferred_stop(signum, due)
+            if signum:
+                self.stop_for(signum)
+            elif due and self.state is not None:
                 self.write_state()
+        # the loop's end: the last state, from which a longer run goes on (--save-model, or a run that wrote one)
+        if self.state is not None and (self.args.save_model or self.has_state):
+            self.write_state()
 
     # ---------------------------------------------------------------- the training state: written, restored
 
@@ -723,19 +731,29 @@ class Run:
         """Seconds the run has run, every part of it (the time between a stop and its resume left out)."""
         return self.wall_before + time.time() - self.start_time
 
+    @property
+    def state_due(self):
+        """Whether --checkpoint-every-min asks for the training state now."""
+        return bool(self.every) and time.time() >= self.next_write
+
     def write_state(self):
         """Write the training state (`run.state()`, the RNGs, the run's episodes and meter) atomically to
-        `run.state_path`. A signal that comes meanwhile is not acted on (the run stops after it, if it stops)."""
-        self.writing = True
+        `run.state_path`. A signal that comes meanwhile is not acted on (the run stops after it, if it stops). A run
+        that does not record (another rank of a distributed run) only calls `run.state()`, which may gather from the
+        ranks, and writes nothing."""
+        self.writing, self.has_state = True, True
         try:
+            state = self.state()
+            self.next_write = time.time() + self.every
+            if not self.record:
+                return
             parts = {name: pack(value, name, getattr(self.args, "save_replay", True)) for name, value in
-                     self.state().items()}  # fmt: skip
+                     state.items()}  # fmt: skip
             run = dict(name=self.name, iterations=self.iterations_done, steps=self.steps, ticks=self.ticks,
                        meter=self.meter, wall_s=self.wall(), returns=list(self.returns), losses=dict(self.losses),
                        resumed=self.resumed, wandb_id=self.wandb_id)  # fmt: skip
             blob = dict(format=STATE_FORMAT, script=self.script, args=asdict(self.args), run=run, rng=rng_state())
             atomic_save(dict(blob, state=parts), self.state_path)
-            self.next_write = time.time() + self.every
         finally:
             self.writing = False
         print(f"training state saved to {self.state_path} at step {self.steps}", flush=True)
@@ -885,13 +903,12 @@ class Run:
         self.interrupt(signum)
 
     def stop_for(self, signum):
-        """Stop the run as the signal `signum` does (none if 0), at an iteration's end: the training state written
-        (where the script named one), then a KeyboardInterrupt."""
-        if signum:
-            self.stop_signal = signum
-            if self.state is not None:
-                self.write_state()
-            self.interrupt(signum)
+        """Stop the run as the signal `signum` does, at an iteration's end: the training state written (where the
+        script named one), then a KeyboardInterrupt."""
+        self.stop_signal = signum
+        if self.state is not None:
+            self.write_state()
+        self.interrupt(signum)
 
     def interrupt(self, signum):
         raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
@@ -927,8 +944,6 @@ class Run:
         elif kind is not None:
             self.status, self.message = "error", f"{kind.__name__}: {err}"
         save_error, writes = None, []
-        if self.state is not None and self.status == "ok" and (self.args.save_model or self.state_path.exists()):
-            writes.append(("the training state", self.write_state))  # the last state, from which a longer run goes on
         if self.save is not None and self.status in ("ok", "interrupted"):
             writes.append(("the model", self.save))
         for what, write in writes:

@@ -35,7 +35,7 @@ from leanrl import bookkeeping as bk
 
 
 @dataclass
-class Args:  # (trick: the ranks write no training state: no --resume here, the twin's lines for it left out)
+class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay memory here)
     exp_name: str = Path(__file__).stem
     """the name of this experiment"""
     seed: int = 1
@@ -333,6 +333,29 @@ def update(
 LOSSES = ("loss", "policy", "value", "entropy", "old_approx_kl", "approx_kl", "clipfrac")  # the update's, clipfrac last
 
 
+def agree_to_stop(signum, state_due, device):
+    """At an iteration's end (Run calls it): the largest stop signal any rank got (0: none), and whether any rank's
+    --checkpoint-every-min is due."""
+    # trick: a stop signal reaches the ranks at different points: they stop together at the end of the iteration, with
+    # the largest signal any of them got, so that no rank waits in a collective for one that left (docs/tricks.md:
+    # stopping the ranks together); they write their training state together too, as it gathers from every rank
+    flags = torch.tensor([signum, state_due], device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return flags.tolist()
+
+
+def rngs_of_ranks(world_size):
+    """Every rank's RNG states (Python's, numpy's, torch's), in rank order."""
+    # trick: each rank samples its own actions and minibatches (seeded seed + rank): the training state holds every
+    # rank's RNGs, gathered when it is written (by rank 0), and on --resume each rank takes its own back, so a resume
+    # keeps the world size
+    if world_size == 1:
+        return [bk.rng_state()]
+    rngs = [None] * world_size
+    dist.all_gather_object(rngs, bk.rng_state())
+    return rngs
+
+
 @contextmanager
 def process_group(args, world_size, run):
     """The run joins the other ranks; a collective waits --dist-timeout at most, then raises, so none waits forever.
@@ -368,6 +391,9 @@ def check_args(args):
         bk.fail(__file__, "--eval-checkpoint plays on one process: start it without torchrun")
     if args.eval_checkpoint is not None:
         return
+    if args.resume and args.num_envs != args.local_num_envs * world_size:  # trick: a resume keeps the world size
+        bk.fail(__file__, f"--resume: the run ran on {args.num_envs // args.local_num_envs} ranks: resume it on as "
+                f"many, not {world_size}")  # fmt: skip
     # trick: the envs are spread over the ranks: --num-envs in all, --local-num-envs on each
     if args.local_num_envs is not None:
         args.num_envs = args.local_num_envs * world_size
@@ -426,8 +452,6 @@ def main(args):
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
 
-    args.save_model = args.save_model and rank == 0  # trick: rank 0 alone saves the model
-
     # TRY NOT TO MODIFY: seeding
     # trick: each rank samples its own actions and minibatches (the weights come from rank 0)
     random.seed(args.seed + rank)
@@ -450,9 +474,8 @@ def main(args):
     # trick: rank 0 alone records the run (folder, curve of its own envs' games, progress bar, wandb, results line
     # with the steps of all ranks, summary); the run joins the other ranks. A stop signal (Ctrl-C, SIGTERM) only marks
     # the run: the ranks agree on where to stop (at the end of an iteration)
-    run_here = bk.Run(
-        __file__, args, device, record=rank == 0, deferred_stop=world_size > 1, world_size=world_size, rank=rank
-    )
+    agree = (lambda signum, state_due: agree_to_stop(signum, state_due, device)) if world_size > 1 else None
+    run_here = bk.Run(__file__, args, device, record=rank == 0, deferred_stop=agree, world_size=world_size, rank=rank)
     with run_here as run, process_group(args, world_size, run):
         # trick: --async-envs: two groups of envs, each its own envpool (env i keeps its seed, seed + i, and its
         # column): envpool's threads step one group while the policy acts for the other, so neither waits
@@ -538,14 +561,21 @@ def main(args):
             advantages_fn = CudaGraphModule(advantages_fn, warmup=3)
             update_step = CudaGraphModule(update_step, warmup=3)
 
-        if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
+        if args.save_model and rank == 0:  # trick: rank 0 alone saves the model, when the run ends (or is stopped)
             run.save = lambda: bk.save_checkpoint(run.model_path, args, model=agent.state_dict())
         # TRY NOT TO MODIFY: start the game
         global_step = 0
         running_returns = np.zeros(args.local_num_envs)  # each env's score in its current game (trick: this rank's)
         # (trick: T + 1 rows: the first obs is row T; --async-envs: the groups' obs side by side)
         obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]), device=device)
-        # (trick: the ranks write no training state: the twin's run.state and run.resume lines left out, see Args)
+        # a stopped run goes on: Run writes this state at an iteration's end, --resume restores it (see bookkeeping.py)
+        run.state = lambda: dict(
+            agent=agent, optimizer=optimizer, global_step=global_step,
+            envs=(env_groups, obs[-1], env_out[-1], running_returns),  # (trick: T + 1 rows)
+            rngs=rngs_of_ranks(world_size))  # (trick: every rank's RNGs, see rngs_of_ranks)  # fmt: skip
+        global_step, rngs = run.resume("global_step", "rngs")
+        if args.resume:  # (trick: every rank's RNGs: each its own back)
+            bk.set_rng_state(rngs[rank])
 
         def receive(step, group):
             """The envs' answer to a group's actions at `step`: obs, reward and done into their rows, games counted."""
@@ -618,13 +648,6 @@ def main(args):
             logs |= {"losses/value_loss": losses["value"], "losses/policy_loss": losses["policy"]}
             logs |= {f"losses/{name}": losses[name] for name in ("entropy", "old_approx_kl", "approx_kl", "clipfrac")}
             run.report(global_step, {**logs, "losses/explained_variance": explained_var})
-            # trick: a stop signal reaches the ranks at different points: they stop together at the end of the
-            # iteration, with the largest signal any of them got, so that no rank waits in a collective for one that
-            # left (docs/tricks.md: stopping the ranks together)
-            if world_size > 1:
-                stop = torch.tensor(run.stop_signal or 0, device=device)
-                dist.all_reduce(stop, op=dist.ReduceOp.MAX)
-                run.stop_for(int(stop))
         for envs in env_groups:  # (trick: --async-envs: every group)
             envs.close()
 

@@ -32,6 +32,7 @@ class Args:
     num_envs: int = 4
     wandb_project_name: str = "leanrl"
     wandb_entity: str | None = None
+    save_model: bool = False
 
 
 def run_to_end(tmp_path, body, **run_kwargs):
@@ -181,21 +182,50 @@ def test_an_ignored_signal_stays_ignored(tmp_path):
         signal.signal(signal.SIGINT, previous)
 
 
-def test_a_deferred_stop_waits_for_the_script(tmp_path):
-    """deferred_stop=True (the ranks of a distributed run): the signal marks the run, the script stops it where it
-    chooses, with the signal it names (the ranks agree on the largest)."""
-    seen = []
+def test_a_deferred_stop_waits_for_the_ranks_to_agree(tmp_path):
+    """deferred_stop=agree (the ranks of a distributed run): the signal only marks the run; at each iteration's end Run
+    asks agree(signal, state due) and stops with what the ranks agree on (the largest signal any of them got)."""
+    asked, done = [], []
+
+    def agree(signum, due):
+        asked.append((signum, due))
+        return (signal.SIGTERM if len(asked) == 2 else 0), False  # another rank got SIGTERM in iteration 1
 
     def body(run):
-        signalled(signal.SIGINT)
-        run.tick(8)  # no stop here: the script picks the place
-        seen.append(run.stop_signal)
-        run.stop_for(0)  # nothing to stop for
-        run.stop_for(signal.SIGTERM)  # another rank got SIGTERM
-        seen.append("not reached")
+        for iteration in run.progress(range(5)):
+            if iteration == 0:
+                signalled(signal.SIGINT)  # no stop here: the ranks agree first
+            run.tick(8 * (iteration + 1))
+            done.append(iteration)
 
-    got_code, line = run_to_end(tmp_path, body, deferred_stop=True)
-    assert seen == [signal.SIGINT] and got_code == 143 and line["message"] == "interrupted by SIGTERM"
+    got_code, line = run_to_end(tmp_path, body, deferred_stop=agree)
+    assert asked == [(signal.SIGINT, False)] * 2 and done == [0, 1]
+    assert got_code == 143 and line["message"] == "interrupted by SIGTERM" and line["steps"] == 16
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_ranks_write_their_state_at_the_iterations_they_agree_on_rank_0_alone_the_file(tmp_path, rank):
+    """Every rank calls run.state() (which gathers from the ranks) where they agree the state is due, and at the
+    loop's end of a run that wrote one; rank 0 (the run that records) alone writes the file, after the iteration."""
+    states = []
+
+    def agree(signum, due):
+        return signum, len(states) == 0 and not due  # due after the first iteration only (here: by no clock)
+
+    args = Args(results_file=str(tmp_path / "results.jsonl"))
+    with bk.Run("test_script.py", args, torch.device("cpu"), record=rank == 0, deferred_stop=agree) as run:
+        iteration = None
+        run.state = lambda: states.append(iteration) or dict(iteration=iteration)
+        for iteration in run.progress(range(3)):
+            run.tick(8 * (iteration + 1))
+    assert states == [0, 2]  # after iteration 0, and at the loop's end
+    saved = list(tmp_path.glob(f"*/{bk.STATE_FILE}"))
+    if rank == 0:
+        [path] = saved
+        blob = torch.load(path, weights_only=True)
+        assert blob["state"] == {"iteration": 2} and blob["run"]["iterations"] == 3
+    else:
+        assert saved == []
 
 
 def test_a_diverged_or_failed_run_saves_no_checkpoint(tmp_path):

@@ -2,6 +2,7 @@
 ranks stopped by SIGTERM."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +30,10 @@ from conftest import (
     strict_json,
     summary_of,
 )
+from test_resume import assert_same
 from torch._dynamo.utils import counters
+
+from leanrl import bookkeeping as bk
 
 DIST, TWIN = "ppo_atari_envpool_distributed", "ppo_atari_envpool_torchcompile"
 HYPER = dict(clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, norm_adv=True, clip_vloss=True, max_grad_norm=0.5)
@@ -105,7 +109,12 @@ def update_on_rank(rank, init_file, out_dir):
     )
     breaks = {reason.splitlines()[0]: count for reason, count in counters["graph_break"].items()}
     compiled = dict(snapshot(agent, losses), graphs=graphs, breaks=breaks)
-    torch.save(dict(steps=steps, compiled=compiled), Path(out_dir) / f"rank{rank}.pt")
+
+    # an iteration's end where rank 1 alone got SIGTERM and rank 0 alone is due to write the training state
+    agreed = module.agree_to_stop(signal.SIGTERM if rank == 1 else 0, rank == 0, torch.device("cpu"))
+    torch.manual_seed(100 + rank)
+    rngs = module.rngs_of_ranks(RANKS)
+    torch.save(dict(steps=steps, compiled=compiled, agreed=agreed, rngs=rngs), Path(out_dir) / f"rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -120,6 +129,16 @@ def two_ranks(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("two_ranks")
     mp.spawn(update_on_rank, args=(str(tmp / "rendezvous"), str(tmp)), nprocs=RANKS)
     return [torch.load(tmp / f"rank{rank}.pt") for rank in range(RANKS)]
+
+
+def test_the_ranks_agree_on_stopping_and_on_writing_the_state_and_gather_their_rngs_in_rank_order(two_ranks):
+    """Rank 1 alone got SIGTERM and rank 0 alone is due to write its state (--checkpoint-every-min): both stop with
+    SIGTERM and both write (the state gathers from every rank: a rank that does not come leaves the others waiting).
+    Every rank holds rank r's RNGs at place r."""
+    seeded = [torch.Generator().manual_seed(100 + rank).get_state() for rank in range(RANKS)]
+    for rank in two_ranks:
+        assert rank["agreed"] == [signal.SIGTERM, 1]
+        assert [torch.equal(rng["torch"], want) for rng, want in zip(rank["rngs"], seeded)] == [True] * RANKS
 
 
 def test_the_updates_name_their_numbers_alike():
@@ -181,15 +200,16 @@ def test_the_collectives_run_inside_the_compiled_update(two_ranks):
 # ---------------------------------------------------------------- torchrun end to end
 
 
-def torchrun(*flags, tmp_path, nproc=2, wait=True):
-    """Launch the distributed script with torchrun on CPU, its results file in tmp_path.
+def torchrun(*flags, tmp_path, nproc=2, wait=True, program=None):
+    """Launch the distributed script (or `program`, which runs its main) with torchrun on CPU, its results file in
+    tmp_path.
 
     Returns (completed process, list of results lines); with wait=False, (Popen, results file).
     """
     results = Path(tmp_path) / "results.jsonl"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
-    cmd += [str(ROOT / "leanrl" / f"{DIST}.py"), "--no-cuda", "--results-file", str(results), *flags]
+    cmd += [str(program or ROOT / "leanrl" / f"{DIST}.py"), "--no-cuda", "--results-file", str(results), *flags]
     if not wait:
         return subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -379,6 +399,72 @@ def test_sigterm_stops_every_rank_with_the_line_curve_and_checkpoint(launch, tmp
     assert line["world_size"] == 2 and line["rank"] == 0 and line["steps"] % 4 == 0
     (tmp_path / "eval").mkdir()
     assert_checkpoint_evaluates(DIST, tmp_path / line["run_name"] / f"{DIST}.pt", tmp_path / "eval", episodes=1)
+
+
+# ---------------------------------------------------------------- a stopped run goes on (issue 41)
+
+# the script's main run by torchrun, then each rank's RNGs saved: what the rank draws from next
+RNG_AFTER_MAIN = f"""
+import os, sys, torch, tyro
+sys.path.insert(0, {str(ROOT)!r})
+from leanrl import bookkeeping as bk, ppo_atari_envpool_distributed as script
+script.main(tyro.cli(script.Args, args=sys.argv[1:]))
+torch.save(bk.rng_state(), f"rng_after_main_{{os.environ['RANK']}}.pt")
+"""
+
+
+def rngs_after_main(folder):
+    return [torch.load(Path(folder) / f"rng_after_main_{rank}.pt", weights_only=True) for rank in range(2)]
+
+
+def test_the_ranks_write_one_state_with_each_ranks_rngs_and_each_takes_its_own_back(tmp_path):
+    """Two gloo ranks, a state written at every iteration's end (--checkpoint-every-min: the ranks agree on when, or
+    the gather waits for a rank that does not come) and at the loop's end: the state holds each rank's RNGs as that
+    rank left them. Two resumes of it in new processes, 2 iterations more, give the same numbers; a resume at its
+    total gives each rank its own RNGs back (a rank given another's, or none, fails); one process refuses it."""
+    program = tmp_path / "rng_after_main.py"
+    program.write_text(RNG_AFTER_MAIN)
+    every_iteration = ("--checkpoint-every-min", "1e-6", "--dist-timeout", "60")
+    first = tmp_path / "first"
+    first.mkdir()
+    proc, [line] = torchrun(*TINY, *every_iteration, tmp_path=first, program=program)
+    assert proc.returncode == 0 and line["status"] == "ok" and line["resumed"] == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("training state saved") == 3  # iterations 1 and 2, and the loop's end
+    state = torch.load(first / line["run_name"] / bk.STATE_FILE, weights_only=True)
+    assert state["run"]["iterations"] == 2 and state["state"]["global_step"] == 128
+    rngs = state["state"]["rngs"]
+    assert_same(rngs, rngs_after_main(first), "each rank's RNGs, in rank order")
+    assert not torch.equal(rngs[0]["torch"], rngs[1]["torch"])  # seeded seed + rank
+
+    def resume(name):  # a copy of the run folder, resumed for 2 iterations more
+        folder = tmp_path / name
+        shutil.copytree(first / line["run_name"], folder / line["run_name"])
+        flags = ("--resume", str(folder / line["run_name"]), "--total-timesteps", "256")
+        return folder, *torchrun(*flags, tmp_path=folder, program=program)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        resumed = list(pool.map(resume, ["a", "b"]))
+    for folder, proc, lines in resumed:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        [again] = lines
+        assert again["status"] == "ok" and again["resumed"] == 1 and again["steps"] == 256, again
+        state = torch.load(folder / line["run_name"] / bk.STATE_FILE, weights_only=True)
+        assert_same(state["state"]["rngs"], rngs_after_main(folder), "each rank's RNGs after the resume")
+    (a, _, [line_a]), (b, _, [line_b]) = resumed
+    assert line_a["losses"] == line_b["losses"] and line_a["mean_return"] == line_b["mean_return"]
+    states = [torch.load(f / line["run_name"] / bk.STATE_FILE, weights_only=True)["state"] for f in (a, b)]
+    assert_same(*states, "two resumes of one state")
+    assert not torch.equal(states[0]["rngs"][0]["torch"], states[0]["rngs"][1]["torch"])  # each rank drew its own
+
+    # the first state resumed at its total: each rank restores its RNGs and has nothing to do
+    proc, lines = torchrun("--resume", str(first / line["run_name"]), tmp_path=first, program=program)
+    assert proc.returncode == 0 and "already at its total" in proc.stdout and lines == [line], proc.stderr[-3000:]
+    assert_same(rngs_after_main(first), rngs, "each rank's own RNGs, restored")
+
+    proc, _ = run_script(DIST, "--resume", str(a / line["run_name"]), tmp_path=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"{DIST}.py: error: --resume: the run ran on 2 ranks: resume it on as many, not 1"
+    ], proc.stderr
 
 
 # ---------------------------------------------------------------- bad input
