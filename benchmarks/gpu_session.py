@@ -17,10 +17,11 @@ What it measures (results.jsonl, one JSON object a line, each with "kind"):
             profile.md.
 
 How a run is timed, the same way for our scripts and LeanRL's: a sitecustomize put on the subprocess's PYTHONPATH
-wraps tqdm.tqdm (both progress loops iterate over one) to stamp the wall time at the start of every iteration of
-the first loop, and ends that loop once the window, the sync count and the profile are done: the script then
-finishes as after its last iteration (ours write their results line). Budgets are therefore windows of time, not
-steps; every run's --total-timesteps is its default or larger than the window can reach.
+(harness.hook_env) wraps tqdm.tqdm (both progress loops iterate over one; harness.stamp_first_loop) to stamp the
+wall time at the start of every iteration of the first loop, and ends that loop once the window, the sync count and
+the profile are done: the script then finishes as after its last iteration (ours write their results line). Budgets
+are therefore windows of time, not steps; every run's --total-timesteps is its default or larger than the window can
+reach.
 
 The runs go in lanes that run at the same time, each lane pinned to its own CPU cores, all sharing the one GPU:
 one call of at most 10 minutes cannot run them one after the other. Every record says its lane and cores. A run
@@ -35,7 +36,6 @@ import atexit
 import contextlib
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -51,20 +51,15 @@ ROOT = Path(__file__).resolve().parents[1]
 STAMPS = "GPU_SESSION_STAMPS"  # where the measured process writes its stamps
 CONFIG = "GPU_SESSION_CONFIG"  # the measured process's window, checks and profile, as JSON
 MARK = "[gpu_session] steady window from iteration"  # printed when the window starts: recompiles after it count
-SITECUSTOMIZE = """import importlib.util
-spec = importlib.util.spec_from_file_location("leanrl_gpu_session", {path!r})
-session = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(session)
-session.install()
-"""
 
 # ---------------------------------------------------------------- inside the measured process
 
 
-def install():
-    """Stamp the first tqdm loop of this process and end it once the window and the checks are done."""
-    path = os.environ.pop(STAMPS, None)  # popped: a process this one starts records nothing
-    if path is None:
+def install(harness):
+    """Stamp the first tqdm loop of this process and end it once the window and the checks are done (called by
+    harness.hook_env's sitecustomize)."""
+    path = os.environ.pop(STAMPS, None)
+    if path is None:  # a ceiling's process: nothing to stamp
         return
     config = json.loads(os.environ.pop(CONFIG))
     if config.get("no_wandb"):
@@ -74,23 +69,8 @@ def install():
 
         for name, value in config["inductor"].items():
             setattr(inductor_config, name, value)
-    import tqdm
-
-    state = dict(config=config, stamps=[], claimed=False, syncs={}, phase="warmup")
-    base = tqdm.tqdm
-
-    class StampedTqdm(base):
-        def __iter__(self):
-            if state["claimed"]:
-                yield from super().__iter__()
-                return
-            state["claimed"] = True
-            for item in super().__iter__():
-                if not advance(state, time.time()):
-                    return
-                yield item
-
-    tqdm.tqdm = StampedTqdm
+    state = dict(config=config, stamps=[], syncs={}, phase="warmup")
+    harness.stamp_first_loop(lambda done, now: advance(state, now))
     atexit.register(write_stamps, path, state)
 
 
@@ -535,46 +515,6 @@ def env_inductor():
     return json.loads(raw) if raw else None
 
 
-def machine():
-    """The machine's record: GPU, driver, CPU, cores, and the versions of what the scripts run on."""
-    import importlib.metadata as md
-
-    import torch
-
-    def version(name):
-        try:
-            return md.version(name)
-        except md.PackageNotFoundError:
-            return None
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    driver = None
-    if shutil.which("nvidia-smi"):
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-        ).stdout
-        driver = out.strip().splitlines()[0] if out.strip() else None
-    sys.path.insert(0, str(ROOT))
-    from leanrl.bookkeeping import cpu_name, source_commit
-
-    return dict(
-        kind="machine",
-        device=gpu,
-        driver=driver,
-        cpu=cpu_name(),
-        cpu_count=os.cpu_count(),
-        python=platform.python_version(),
-        torch=torch.__version__,
-        cuda=torch.version.cuda,
-        **{name: version(name) for name in ("tensordict", "envpool", "gymnasium", "mujoco", "tyro", "numpy")},
-        inductor=env_inductor(),
-        commit=source_commit(ROOT),  # $LEANRL_COMMIT on a GPU machine (its copy's .git may be stale)
-        time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    )
-
-
 def profile_markdown(record):
     """The profile of a twin run: host time per rollout step by kind, GPU busy fraction, top ops."""
     prof = record["profile"]
@@ -648,14 +588,15 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     budget = args.budget_s or (600.0 if args.dry_run else 470.0)  # a dry run ends when its runs do
     work = Path(tempfile.mkdtemp(prefix="gpu-session-"))
-    (work / "site").mkdir()
-    (work / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE.format(path=str(Path(__file__).resolve())))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(work / "site"), str(ROOT),
-                                                                    os.environ.get("PYTHONPATH")])))  # fmt: skip
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.harness import hook_env, session_machine  # not at the top: a measured process loads this file
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = hook_env(work / "site", env, __file__, "install")
     env["CUDA_VISIBLE_DEVICES"] = "" if args.dry_run else env.get("CUDA_VISIBLE_DEVICES", "0")
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(work / "inductor"))  # cold: a bare machine compiles everything
     results = out / "results.jsonl"
-    info = machine()
+    info = dict(session_machine(), inductor=env_inductor())
     command = ["benchmarks/gpu_session.py", *(a for a in (argv or sys.argv[1:]) if a != args.out), "OUT"]
     info.update(dry_run=args.dry_run, budget_s=budget, command=" ".join(command).replace(str(ROOT) + "/", ""))
     write = threading.Lock()
@@ -696,7 +637,6 @@ def main(argv=None):
         profiled = [r for r in records if r.get("profile")]
         profiles = "\n".join(profile_markdown(r) for r in profiled) or "no profile was recorded\n"
         (out / "profile.md").write_text(profiles)
-        sys.path.insert(0, str(ROOT))
         from plots.plot import gpu_markdown
 
         (out / "summary.md").write_text(gpu_markdown(records))
