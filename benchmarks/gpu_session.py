@@ -23,6 +23,11 @@ the profile are done: the script then finishes as after its last iteration (ours
 are therefore windows of time, not steps; every run's --total-timesteps is its default or larger than the window can
 reach.
 
+--rounds, the ratios that hold: instead of the lanes, each pair with a LeanRL twin runs its twin and LeanRL's at the
+same moment on equal cores (a slot's two halves), then again with the halves swapped; every record says its round, the
+cores it was given and the cores the measured process saw (affinity). --alone: first, PPO Atari's twin at 8 envs on
+every core with nothing else on the GPU, after envpool's ceiling on the same cores (the figure a user would see).
+
 The runs go in lanes that run at the same time, each lane pinned to its own CPU cores, all sharing the one GPU:
 one call of at most 10 minutes cannot run them one after the other. Every record says its lane and cores. A run
 still warming up when the session's deadline comes is stopped and recorded without a window.
@@ -69,7 +74,7 @@ def install(harness):
 
         for name, value in config["inductor"].items():
             setattr(inductor_config, name, value)
-    state = dict(config=config, stamps=[], syncs={}, phase="warmup")
+    state = dict(config=config, stamps=[], syncs={}, phase="warmup", affinity=sorted(os.sched_getaffinity(0)))
     harness.stamp_first_loop(lambda done, now: advance(state, now))
     atexit.register(write_stamps, path, state)
 
@@ -208,7 +213,7 @@ def stop_profile(state, now):
 def write_stamps(path, state):
     if state.get("profiler") is not None:
         stop_profile(state, time.time())
-    keys = ("stamps", "syncs", "phase", "window_from", "window_to", "profile")
+    keys = ("stamps", "syncs", "phase", "window_from", "window_to", "profile", "affinity")
     with open(path, "w") as f:
         json.dump({k: state[k] for k in keys if k in state}, f)
 
@@ -380,6 +385,54 @@ def select(lanes, names=None, pairs=None, profiled=None, peer=True):
     return [lane for lane in lanes if lane[2]]
 
 
+RATIO_SLOTS = {  # the rounds' slots: pairs with a LeanRL twin, one after the other on a slot's two halves
+    "ppo-atari-dqn": ["ppo_atari_envpool", "dqn"],
+    "ppo-continuous": ["ppo_continuous_action"],  # LeanRL's twin warms up for about 3 minutes
+    "sac-td3": ["sac_continuous_action", "td3_continuous_action"],
+}
+
+
+def rounds_plan(lanes, cores, pairs=None):
+    """The ratio rounds: [(slot, cores a, cores b, [(our twin, LeanRL's twin), ...]), ...]. Each slot runs its pairs
+    in turn; a pair runs twice, ours on a and LeanRL's on b at the same moment, then swapped (round 2), both with
+    --compile --cudagraphs at the lanes' sizes (PPO Atari at 8 envs)."""
+    jobs = [j for _, _, lane in lanes for j in lane if j.get("side") and "twin" in j["variant"]]
+    full = max((j["variant"] for j in jobs), key=len)  # "twin --compile --cudagraphs" ("twin" in a dry run)
+    twins = {}
+    for j in jobs:
+        if j["variant"] == full and (j["side"], j["pair"]) not in twins:  # the first: PPO Atari's 8 envs
+            twins[(j["side"], j["pair"])] = dict(j, profile=False, sync_iters=0)
+    slots = [(name, [p for p in wanted if pairs is None or p in pairs]) for name, wanted in RATIO_SLOTS.items()]
+    slots = [(name, wanted) for name, wanted in slots if wanted]
+    halves = split_halves(cores, len(slots))
+    return [(name, a, b, [(twins[("leanrl", p)], twins[("leanrl-peer", p)]) for p in wanted])
+            for (name, wanted), (a, b) in zip(slots, halves)]  # fmt: skip
+
+
+def split_halves(cores, n):
+    """n slots of two equal halves over the cores, what is left over to the first slot (PPO Atari's envpool threads);
+    with fewer cores than halves, every slot gets the first core and the second."""
+    half = len(cores) // (2 * n)
+    if half == 0:
+        return [([cores[0]], [cores[1 % len(cores)]])] * n
+    sizes = [half + (len(cores) - 2 * n * half) // 2] + [half] * (n - 1)
+    out, at = [], 0
+    for size in sizes:
+        out.append((cores[at : at + size], cores[at + size : at + 2 * size]))
+        at += 2 * size
+    return out
+
+
+def alone_plan(lanes):
+    """PPO Atari's twin at 8 envs (4 in a dry run), alone on the machine, after envpool's ceiling at the same size."""
+    jobs = [j for _, _, lane in lanes for j in lane]
+    twin = next(j for j in jobs if j.get("side") == "leanrl" and j["pair"] == "ppo_atari_envpool" and "twin" in
+                j["variant"])  # fmt: skip
+    ceiling = next(j for j in jobs if j.get("kind") == "ceiling" and (j["env_id"], j["num_envs"]) == (twin["env_id"],
+                   twin["num_envs"]))  # fmt: skip
+    return [ceiling, dict(twin, profile=False, alone=True)]
+
+
 def split_cores(cores, n):
     """n lanes over the cores: as even as they go, the first two lanes (PPO Atari, ours and LeanRL's) first served;
     with fewer cores than lanes, lanes share them round-robin."""
@@ -467,6 +520,7 @@ def run_job(job, folder, cores, deadline, env):
     record = {k: job[k] for k in ("side", "pair", "variant", "env_id", "num_envs", "flags", "steps_per_iter", "k0")}
     record.update(kind="run", script=Path(job["script"]).name, exit_code=code, wall_s=time.time() - start)
     data = json.loads(stamps.read_text()) if stamps.exists() else {}
+    record["affinity"] = data.get("affinity")  # the cores the measured process ran on, as it saw them
     figures = window_figures(
         data.get("stamps", []), job["steps_per_iter"], start, data.get("window_from"), data.get("window_to")
     )
@@ -573,6 +627,10 @@ def main(argv=None):
     parser.add_argument("--pairs", help="run only these pairs (comma-separated), e.g. to settle one pair's figure")
     parser.add_argument("--profile", help="profile the twin --compile --cudagraphs runs of these pairs, ours and "
                         "LeanRL's (comma-separated; default: PPO Atari's at 8 envs, ours)")  # fmt: skip
+    parser.add_argument("--rounds", action="store_true", help="instead of the lanes: each pair's twin and LeanRL's "
+                        "at the same moment on equal cores, then with the cores swapped (--pairs: some)")  # fmt: skip
+    parser.add_argument("--alone", action="store_true", help="PPO Atari's twin at 8 envs alone on the machine, after "
+                        "the env's ceiling on the same cores; then the rounds with --rounds, else nothing")  # fmt: skip
     parser.add_argument("--ceiling", nargs=4, metavar=("FAMILY", "ENV", "NUM_ENVS", "SECONDS"), help=argparse.SUPPRESS)
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--ceiling":
         family, env_id, num_envs, seconds = sys.argv[2:6]
@@ -581,6 +639,12 @@ def main(argv=None):
     out, args.peer = Path(args.out).resolve(), str(Path(args.peer).resolve())
     if not args.no_peer and not (Path(args.peer) / "leanrl").is_dir():
         print(f"gpu_session: error: --peer {args.peer} has no leanrl/ folder of LeanRL's scripts", file=sys.stderr)
+        return 2
+    if args.rounds and args.no_peer:
+        print(
+            "gpu_session: error: --rounds measures ours beside LeanRL's twins: give --peer, not --no-peer",
+            file=sys.stderr,
+        )
         return 2
     if out.exists() and any(out.iterdir()):
         print(f"gpu_session: error: {out} is not empty", file=sys.stderr)
@@ -609,24 +673,52 @@ def main(argv=None):
     print(f"gpu_session: {info['device']}, {info['cpu']} ({info['cpu_count']} cores), torch {info['torch']}")
     cores = sorted(os.sched_getaffinity(0))
     split = lambda arg: arg.split(",") if arg else None
-    lanes = plan(args.peer, args.dry_run, cores)
-    lanes = select(lanes, split(args.lanes), split(args.pairs), split(args.profile), peer=not args.no_peer)
+    whole = plan(args.peer, args.dry_run, cores)
+    lanes = select(whole, split(args.lanes), split(args.pairs), split(args.profile), peer=not args.no_peer)
     deadline = time.time() + budget
+
+    def run_one(name, n, job, job_cores, **extra):
+        label = job.get("variant", "ceiling")
+        what = f"{job.get('side', '')} {job.get('pair', job.get('family'))} {label}".strip()
+        if time.time() > deadline - (3 if args.dry_run else 30):  # no time left for a window
+            record(dict(kind="skipped", lane=name, what=what, status="skipped: session deadline", **extra))
+            return
+        started = time.time()
+        rec = run_job(job, work / "runs" / f"{name}-{n:02d}", job_cores, deadline, env)
+        rec.update(lane=name, cores=len(job_cores), core_ids=list(job_cores), started=started, what=what, **extra)
+        record(rec)
+        sps = rec.get("sps")
+        print(f"gpu_session: [{name}] {what}: {rec.get('status', 'ok')}, " + (f"{sps:,.0f} steps/s" if sps else ""))
 
     def lane_loop(name, lane_cores, jobs):
         for n, job in enumerate(jobs):
-            label = job.get("variant", "ceiling")
-            what = f"{job.get('side', '')} {job.get('pair', job.get('family'))} {label}".strip()
-            if time.time() > deadline - (3 if args.dry_run else 30):  # no time left for a window
-                record(dict(kind="skipped", lane=name, what=what, status="skipped: session deadline"))
-                continue
-            rec = run_job(job, work / "runs" / f"{name}-{n:02d}", lane_cores, deadline, env)
-            rec.update(lane=name, cores=len(lane_cores), what=what)
-            record(rec)
-            sps = rec.get("sps")
-            print(f"gpu_session: [{name}] {what}: {rec.get('status', 'ok')}, " + (f"{sps:,.0f} steps/s" if sps else ""))
+            run_one(name, n, job, lane_cores)
 
-    threads = [threading.Thread(target=lane_loop, args=lane) for lane in lanes]
+    def slot_loop(slot, a, b, pairs):
+        for n, (ours, theirs) in enumerate(pairs):  # round 1: ours on a, LeanRL's on b; round 2: swapped
+            for r, (mine, peers) in enumerate([(a, b), (b, a)], 1):
+                both = [
+                    threading.Thread(
+                        target=run_one,
+                        args=(f"{slot}-{side}", 2 * n + r, job, job_cores),
+                        kwargs=dict(slot=slot, round=r),
+                    )  # fmt: skip
+                    for side, job, job_cores in (("ours", ours, mine), ("leanrl", theirs, peers))
+                ]
+                for t in both:
+                    t.start()
+                for t in both:
+                    t.join()
+
+    if args.alone:  # first, with nothing else on the machine
+        for n, job in enumerate(alone_plan(whole)):
+            run_one("alone", n, job, cores, alone=True)
+    if args.rounds:
+        threads = [
+            threading.Thread(target=slot_loop, args=slot) for slot in rounds_plan(whole, cores, split(args.pairs))
+        ]
+    else:
+        threads = [] if args.alone else [threading.Thread(target=lane_loop, args=lane) for lane in lanes]
     for t in threads:
         t.start()
     for t in threads:
