@@ -22,7 +22,7 @@ CPU = torch.device("cpu")
 
 
 def seconds(fn, repeats):
-    """The median of `repeats` timed calls after the warm-up (bench_rl_operators' timer)."""
+    """The median of `repeats` timed calls after the warm-up (harness.time_call)."""
     return time_call(fn, CPU, budget_s=float("inf"), max_reps=repeats, min_reps=repeats)[0] / 1e6
 
 

@@ -5,7 +5,7 @@ and where a rollout's host time goes beside the env's (docs/cpu-speed.md).
     taskset -c 1 python benchmarks/env_scaling.py      # one core
 
 The env alone: each twin's own make_env (the first twin's), envpool's threads = the cores this process may use
-(os.sched_getaffinity), stepped with pre-drawn random actions; after a warm-up, bench_rl_operators.time_call's median
+(os.sched_getaffinity), stepped with pre-drawn random actions; after a warm-up, harness.time_call's median
 step over a window. Each twin: its own main() run in this process on the CPU, in its fast configuration (its FAST_FLAGS,
 read by tyro into its Args) with --num-envs set and a budget of a few iterations (the first left out as a warm-up), no
 --compile unless asked. Nothing of the twin is copied: its module is loaded as the tests load it and, before main()

@@ -17,10 +17,16 @@ What it measures (results.jsonl, one JSON object a line, each with "kind"):
             profile.md.
 
 How a run is timed, the same way for our scripts and LeanRL's: a sitecustomize put on the subprocess's PYTHONPATH
-wraps tqdm.tqdm (both progress loops iterate over one) to stamp the wall time at the start of every iteration of
-the first loop, and ends that loop once the window, the sync count and the profile are done: the script then
-finishes as after its last iteration (ours write their results line). Budgets are therefore windows of time, not
-steps; every run's --total-timesteps is its default or larger than the window can reach.
+(harness.hook_env) wraps tqdm.tqdm (both progress loops iterate over one; harness.stamp_first_loop) to stamp the
+wall time at the start of every iteration of the first loop, and ends that loop once the window, the sync count and
+the profile are done: the script then finishes as after its last iteration (ours write their results line). Budgets
+are therefore windows of time, not steps; every run's --total-timesteps is its default or larger than the window can
+reach.
+
+--rounds, the ratios that hold: instead of the lanes, each pair with a LeanRL twin runs its twin and LeanRL's at the
+same moment on equal cores (a slot's two halves), then again with the halves swapped; every record says its round, the
+cores it was given and the cores the measured process saw (affinity). --alone: first, PPO Atari's twin at 8 envs on
+every core with nothing else on the GPU, after envpool's ceiling on the same cores (the figure a user would see).
 
 The runs go in lanes that run at the same time, each lane pinned to its own CPU cores, all sharing the one GPU:
 one call of at most 10 minutes cannot run them one after the other. Every record says its lane and cores. A run
@@ -35,7 +41,6 @@ import atexit
 import contextlib
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -51,20 +56,15 @@ ROOT = Path(__file__).resolve().parents[1]
 STAMPS = "GPU_SESSION_STAMPS"  # where the measured process writes its stamps
 CONFIG = "GPU_SESSION_CONFIG"  # the measured process's window, checks and profile, as JSON
 MARK = "[gpu_session] steady window from iteration"  # printed when the window starts: recompiles after it count
-SITECUSTOMIZE = """import importlib.util
-spec = importlib.util.spec_from_file_location("leanrl_gpu_session", {path!r})
-session = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(session)
-session.install()
-"""
 
 # ---------------------------------------------------------------- inside the measured process
 
 
-def install():
-    """Stamp the first tqdm loop of this process and end it once the window and the checks are done."""
-    path = os.environ.pop(STAMPS, None)  # popped: a process this one starts records nothing
-    if path is None:
+def install(harness):
+    """Stamp the first tqdm loop of this process and end it once the window and the checks are done (called by
+    harness.hook_env's sitecustomize)."""
+    path = os.environ.pop(STAMPS, None)
+    if path is None:  # a ceiling's process: nothing to stamp
         return
     config = json.loads(os.environ.pop(CONFIG))
     if config.get("no_wandb"):
@@ -74,23 +74,8 @@ def install():
 
         for name, value in config["inductor"].items():
             setattr(inductor_config, name, value)
-    import tqdm
-
-    state = dict(config=config, stamps=[], claimed=False, syncs={}, phase="warmup")
-    base = tqdm.tqdm
-
-    class StampedTqdm(base):
-        def __iter__(self):
-            if state["claimed"]:
-                yield from super().__iter__()
-                return
-            state["claimed"] = True
-            for item in super().__iter__():
-                if not advance(state, time.time()):
-                    return
-                yield item
-
-    tqdm.tqdm = StampedTqdm
+    state = dict(config=config, stamps=[], syncs={}, phase="warmup", affinity=sorted(os.sched_getaffinity(0)))
+    harness.stamp_first_loop(lambda done, now: advance(state, now))
     atexit.register(write_stamps, path, state)
 
 
@@ -228,7 +213,7 @@ def stop_profile(state, now):
 def write_stamps(path, state):
     if state.get("profiler") is not None:
         stop_profile(state, time.time())
-    keys = ("stamps", "syncs", "phase", "window_from", "window_to", "profile")
+    keys = ("stamps", "syncs", "phase", "window_from", "window_to", "profile", "affinity")
     with open(path, "w") as f:
         json.dump({k: state[k] for k in keys if k in state}, f)
 
@@ -400,6 +385,54 @@ def select(lanes, names=None, pairs=None, profiled=None, peer=True):
     return [lane for lane in lanes if lane[2]]
 
 
+RATIO_SLOTS = {  # the rounds' slots: pairs with a LeanRL twin, one after the other on a slot's two halves
+    "ppo-atari-dqn": ["ppo_atari_envpool", "dqn"],
+    "ppo-continuous": ["ppo_continuous_action"],  # LeanRL's twin warms up for about 3 minutes
+    "sac-td3": ["sac_continuous_action", "td3_continuous_action"],
+}
+
+
+def rounds_plan(lanes, cores, pairs=None):
+    """The ratio rounds: [(slot, cores a, cores b, [(our twin, LeanRL's twin), ...]), ...]. Each slot runs its pairs
+    in turn; a pair runs twice, ours on a and LeanRL's on b at the same moment, then swapped (round 2), both with
+    --compile --cudagraphs at the lanes' sizes (PPO Atari at 8 envs)."""
+    jobs = [j for _, _, lane in lanes for j in lane if j.get("side") and "twin" in j["variant"]]
+    full = max((j["variant"] for j in jobs), key=len)  # "twin --compile --cudagraphs" ("twin" in a dry run)
+    twins = {}
+    for j in jobs:
+        if j["variant"] == full and (j["side"], j["pair"]) not in twins:  # the first: PPO Atari's 8 envs
+            twins[(j["side"], j["pair"])] = dict(j, profile=False, sync_iters=0)
+    slots = [(name, [p for p in wanted if pairs is None or p in pairs]) for name, wanted in RATIO_SLOTS.items()]
+    slots = [(name, wanted) for name, wanted in slots if wanted]
+    halves = split_halves(cores, len(slots))
+    return [(name, a, b, [(twins[("leanrl", p)], twins[("leanrl-peer", p)]) for p in wanted])
+            for (name, wanted), (a, b) in zip(slots, halves)]  # fmt: skip
+
+
+def split_halves(cores, n):
+    """n slots of two equal halves over the cores, what is left over to the first slot (PPO Atari's envpool threads);
+    with fewer cores than halves, every slot gets the first core and the second."""
+    half = len(cores) // (2 * n)
+    if half == 0:
+        return [([cores[0]], [cores[1 % len(cores)]])] * n
+    sizes = [half + (len(cores) - 2 * n * half) // 2] + [half] * (n - 1)
+    out, at = [], 0
+    for size in sizes:
+        out.append((cores[at : at + size], cores[at + size : at + 2 * size]))
+        at += 2 * size
+    return out
+
+
+def alone_plan(lanes):
+    """PPO Atari's twin at 8 envs (4 in a dry run), alone on the machine, after envpool's ceiling at the same size."""
+    jobs = [j for _, _, lane in lanes for j in lane]
+    twin = next(j for j in jobs if j.get("side") == "leanrl" and j["pair"] == "ppo_atari_envpool" and "twin" in
+                j["variant"])  # fmt: skip
+    ceiling = next(j for j in jobs if j.get("kind") == "ceiling" and (j["env_id"], j["num_envs"]) == (twin["env_id"],
+                   twin["num_envs"]))  # fmt: skip
+    return [ceiling, dict(twin, profile=False, alone=True)]
+
+
 def split_cores(cores, n):
     """n lanes over the cores: as even as they go, the first two lanes (PPO Atari, ours and LeanRL's) first served;
     with fewer cores than lanes, lanes share them round-robin."""
@@ -487,6 +520,7 @@ def run_job(job, folder, cores, deadline, env):
     record = {k: job[k] for k in ("side", "pair", "variant", "env_id", "num_envs", "flags", "steps_per_iter", "k0")}
     record.update(kind="run", script=Path(job["script"]).name, exit_code=code, wall_s=time.time() - start)
     data = json.loads(stamps.read_text()) if stamps.exists() else {}
+    record["affinity"] = data.get("affinity")  # the cores the measured process ran on, as it saw them
     figures = window_figures(
         data.get("stamps", []), job["steps_per_iter"], start, data.get("window_from"), data.get("window_to")
     )
@@ -533,46 +567,6 @@ def env_inductor():
     """Inductor options gpu_session.sh asked for (for a torch that needs them), applied in every measured process."""
     raw = os.environ.get("GPU_SESSION_INDUCTOR")
     return json.loads(raw) if raw else None
-
-
-def machine():
-    """The machine's record: GPU, driver, CPU, cores, and the versions of what the scripts run on."""
-    import importlib.metadata as md
-
-    import torch
-
-    def version(name):
-        try:
-            return md.version(name)
-        except md.PackageNotFoundError:
-            return None
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    driver = None
-    if shutil.which("nvidia-smi"):
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-        ).stdout
-        driver = out.strip().splitlines()[0] if out.strip() else None
-    sys.path.insert(0, str(ROOT))
-    from leanrl.bookkeeping import cpu_name, source_commit
-
-    return dict(
-        kind="machine",
-        device=gpu,
-        driver=driver,
-        cpu=cpu_name(),
-        cpu_count=os.cpu_count(),
-        python=platform.python_version(),
-        torch=torch.__version__,
-        cuda=torch.version.cuda,
-        **{name: version(name) for name in ("tensordict", "envpool", "gymnasium", "mujoco", "tyro", "numpy")},
-        inductor=env_inductor(),
-        commit=source_commit(ROOT),  # $LEANRL_COMMIT on a GPU machine (its copy's .git may be stale)
-        time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    )
 
 
 def profile_markdown(record):
@@ -633,6 +627,10 @@ def main(argv=None):
     parser.add_argument("--pairs", help="run only these pairs (comma-separated), e.g. to settle one pair's figure")
     parser.add_argument("--profile", help="profile the twin --compile --cudagraphs runs of these pairs, ours and "
                         "LeanRL's (comma-separated; default: PPO Atari's at 8 envs, ours)")  # fmt: skip
+    parser.add_argument("--rounds", action="store_true", help="instead of the lanes: each pair's twin and LeanRL's "
+                        "at the same moment on equal cores, then with the cores swapped (--pairs: some)")  # fmt: skip
+    parser.add_argument("--alone", action="store_true", help="PPO Atari's twin at 8 envs alone on the machine, after "
+                        "the env's ceiling on the same cores; then the rounds with --rounds, else nothing")  # fmt: skip
     parser.add_argument("--ceiling", nargs=4, metavar=("FAMILY", "ENV", "NUM_ENVS", "SECONDS"), help=argparse.SUPPRESS)
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--ceiling":
         family, env_id, num_envs, seconds = sys.argv[2:6]
@@ -642,20 +640,27 @@ def main(argv=None):
     if not args.no_peer and not (Path(args.peer) / "leanrl").is_dir():
         print(f"gpu_session: error: --peer {args.peer} has no leanrl/ folder of LeanRL's scripts", file=sys.stderr)
         return 2
+    if args.rounds and args.no_peer:
+        print(
+            "gpu_session: error: --rounds measures ours beside LeanRL's twins: give --peer, not --no-peer",
+            file=sys.stderr,
+        )
+        return 2
     if out.exists() and any(out.iterdir()):
         print(f"gpu_session: error: {out} is not empty", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
     budget = args.budget_s or (600.0 if args.dry_run else 470.0)  # a dry run ends when its runs do
     work = Path(tempfile.mkdtemp(prefix="gpu-session-"))
-    (work / "site").mkdir()
-    (work / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE.format(path=str(Path(__file__).resolve())))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(work / "site"), str(ROOT),
-                                                                    os.environ.get("PYTHONPATH")])))  # fmt: skip
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.harness import hook_env, session_machine  # not at the top: a measured process loads this file
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = hook_env(work / "site", env, __file__, "install")
     env["CUDA_VISIBLE_DEVICES"] = "" if args.dry_run else env.get("CUDA_VISIBLE_DEVICES", "0")
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(work / "inductor"))  # cold: a bare machine compiles everything
     results = out / "results.jsonl"
-    info = machine()
+    info = dict(session_machine(), inductor=env_inductor())
     command = ["benchmarks/gpu_session.py", *(a for a in (argv or sys.argv[1:]) if a != args.out), "OUT"]
     info.update(dry_run=args.dry_run, budget_s=budget, command=" ".join(command).replace(str(ROOT) + "/", ""))
     write = threading.Lock()
@@ -668,24 +673,52 @@ def main(argv=None):
     print(f"gpu_session: {info['device']}, {info['cpu']} ({info['cpu_count']} cores), torch {info['torch']}")
     cores = sorted(os.sched_getaffinity(0))
     split = lambda arg: arg.split(",") if arg else None
-    lanes = plan(args.peer, args.dry_run, cores)
-    lanes = select(lanes, split(args.lanes), split(args.pairs), split(args.profile), peer=not args.no_peer)
+    whole = plan(args.peer, args.dry_run, cores)
+    lanes = select(whole, split(args.lanes), split(args.pairs), split(args.profile), peer=not args.no_peer)
     deadline = time.time() + budget
+
+    def run_one(name, n, job, job_cores, **extra):
+        label = job.get("variant", "ceiling")
+        what = f"{job.get('side', '')} {job.get('pair', job.get('family'))} {label}".strip()
+        if time.time() > deadline - (3 if args.dry_run else 30):  # no time left for a window
+            record(dict(kind="skipped", lane=name, what=what, status="skipped: session deadline", **extra))
+            return
+        started = time.time()
+        rec = run_job(job, work / "runs" / f"{name}-{n:02d}", job_cores, deadline, env)
+        rec.update(lane=name, cores=len(job_cores), core_ids=list(job_cores), started=started, what=what, **extra)
+        record(rec)
+        sps = rec.get("sps")
+        print(f"gpu_session: [{name}] {what}: {rec.get('status', 'ok')}, " + (f"{sps:,.0f} steps/s" if sps else ""))
 
     def lane_loop(name, lane_cores, jobs):
         for n, job in enumerate(jobs):
-            label = job.get("variant", "ceiling")
-            what = f"{job.get('side', '')} {job.get('pair', job.get('family'))} {label}".strip()
-            if time.time() > deadline - (3 if args.dry_run else 30):  # no time left for a window
-                record(dict(kind="skipped", lane=name, what=what, status="skipped: session deadline"))
-                continue
-            rec = run_job(job, work / "runs" / f"{name}-{n:02d}", lane_cores, deadline, env)
-            rec.update(lane=name, cores=len(lane_cores), what=what)
-            record(rec)
-            sps = rec.get("sps")
-            print(f"gpu_session: [{name}] {what}: {rec.get('status', 'ok')}, " + (f"{sps:,.0f} steps/s" if sps else ""))
+            run_one(name, n, job, lane_cores)
 
-    threads = [threading.Thread(target=lane_loop, args=lane) for lane in lanes]
+    def slot_loop(slot, a, b, pairs):
+        for n, (ours, theirs) in enumerate(pairs):  # round 1: ours on a, LeanRL's on b; round 2: swapped
+            for r, (mine, peers) in enumerate([(a, b), (b, a)], 1):
+                both = [
+                    threading.Thread(
+                        target=run_one,
+                        args=(f"{slot}-{side}", 2 * n + r, job, job_cores),
+                        kwargs=dict(slot=slot, round=r),
+                    )  # fmt: skip
+                    for side, job, job_cores in (("ours", ours, mine), ("leanrl", theirs, peers))
+                ]
+                for t in both:
+                    t.start()
+                for t in both:
+                    t.join()
+
+    if args.alone:  # first, with nothing else on the machine
+        for n, job in enumerate(alone_plan(whole)):
+            run_one("alone", n, job, cores, alone=True)
+    if args.rounds:
+        threads = [
+            threading.Thread(target=slot_loop, args=slot) for slot in rounds_plan(whole, cores, split(args.pairs))
+        ]
+    else:
+        threads = [] if args.alone else [threading.Thread(target=lane_loop, args=lane) for lane in lanes]
     for t in threads:
         t.start()
     for t in threads:
@@ -696,7 +729,6 @@ def main(argv=None):
         profiled = [r for r in records if r.get("profile")]
         profiles = "\n".join(profile_markdown(r) for r in profiled) or "no profile was recorded\n"
         (out / "profile.md").write_text(profiles)
-        sys.path.insert(0, str(ROOT))
         from plots.plot import gpu_markdown
 
         (out / "summary.md").write_text(gpu_markdown(records))

@@ -1,8 +1,10 @@
-"""What every benchmark here shares, once: the timer (time_call), the machine stamp (machine_info, machine_line,
-device_tag), the report policy (write_or_refuse: a quick run never replaces a full one; stopped_by_signal: a run
-stopped by a signal still writes what it measured) and load_script (a training script as a module, to time its own
-functions). bench_rl_operators.py, replay.py, cnn_cpu.py and env_scaling.py import it; steady.py, gpu_session.py and
-time_to_score.py time whole runs in subprocesses and stamp them with gpu_session.machine() instead."""
+"""What every benchmark here shares, once: the timer (time_call), the machine and commit stamp (machine_info,
+machine_line, device_tag; session_machine for a session of whole runs), the report policy (write_or_refuse: a quick
+run never replaces a full one; stopped_by_signal: a run stopped by a signal still writes what it measured),
+load_script (a training script as a module, to time its own functions) and the hook in a measured process (hook_env:
+a sitecustomize that calls a benchmark's function in the process it starts; stamp_first_loop: the time of every
+iteration of the script's progress loop). Every benchmark imports it. The hook loads this file in the measured
+process, before the script: its top-level imports are the stdlib's (torch and leanrl are imported where used)."""
 
 from __future__ import annotations
 
@@ -11,14 +13,14 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-
-import torch
 
 # where reports go unless --out says otherwise: full runs are committed, quick ones are scratch
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +29,8 @@ FULL_OUT, QUICK_OUT = "benchmarks/results", "runs/benchmarks"
 
 def _sync(device):
     if device.type == "cuda":
+        import torch
+
         torch.cuda.synchronize(device)
 
 
@@ -54,6 +58,8 @@ def time_call(fn, device, budget_s=1.0, max_reps=100, min_reps=3):
 def _timed_reps(fn, device, reps):
     times = []
     if device.type == "cuda":
+        import torch
+
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         for begin, end in events:
             begin.record()
@@ -69,27 +75,57 @@ def _timed_reps(fn, device, reps):
     return times, reps
 
 
-def machine_info(device):
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def machine_info(device=None):
+    """The stamp of a report: the device (default the CPU), the CPU, the threads, torch, the date, the load and the
+    commit measured."""
+    import torch
+
+    from leanrl.bookkeeping import cpu_name, source_commit
+
+    cuda = device is not None and device.type == "cuda"
     info = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "cpu": cpu,
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "cuda": torch.version.cuda if device.type == "cuda" else None,
+        "cuda": torch.version.cuda if cuda else None,
         "python": platform.python_version(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load_average_at_start": _load_average(),
+        "commit": source_commit(ROOT),  # $LEANRL_COMMIT on a GPU machine (its copy's .git may be stale)
     }
     return info
+
+
+def session_machine():
+    """The machine record of a session of whole runs (gpu_session.py, time_to_score.py): machine_info's stamp of the
+    first GPU (or the CPU), the driver, the versions of what the scripts run on, the time."""
+    import importlib.metadata as md
+
+    import torch
+
+    def version(name):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return None
+
+    driver = None
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        driver = out.strip().splitlines()[0] if out.strip() else None
+    return dict(
+        kind="machine",
+        **machine_info(torch.device("cuda", 0) if torch.cuda.is_available() else None),
+        driver=driver,
+        **{name: version(name) for name in ("tensordict", "envpool", "gymnasium", "mujoco", "tyro", "numpy")},
+        time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
 
 
 def _load_average():
@@ -103,6 +139,8 @@ def _load_average():
 def device_tag(device):
     if device.type != "cuda":
         return "cpu"
+    import torch
+
     name = torch.cuda.get_device_name(device).lower().replace("nvidia", "").strip()
     return "cuda_" + "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
 
@@ -166,3 +204,61 @@ def load_script(name):
     sys.modules[name] = module  # torch.compile reads a function's globals through its module
     spec.loader.exec_module(module)
     return module
+
+
+# ---------------------------------------------------------------- inside a measured process
+
+HOOK = "LEANRL_BENCH_HOOK"  # the hook of the process a benchmark starts: {"file", "call"} as JSON
+SITECUSTOMIZE = """import importlib.util, json, os
+
+
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hook = os.environ.pop({hook!r}, None)  # popped: a process this one starts (a compile worker) runs no hook
+if hook:
+    hook = json.loads(hook)
+    getattr(load("leanrl_bench_hook", hook["file"]), hook["call"])(load("leanrl_bench_harness", {harness!r}))
+"""
+
+
+def hook_env(folder, env, file, call):
+    """`env` for a measured process whose sitecustomize (written in `folder`) calls `call`(this module) of the benchmark
+    `file` before the script runs: how a benchmark times a script without changing it. The benchmark's file and this
+    one are loaded by path: the measured process's own checkout (steady.py's sides) comes first on its path."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    harness = str(Path(__file__).resolve())
+    (Path(folder) / "sitecustomize.py").write_text(SITECUSTOMIZE.format(hook=HOOK, harness=harness))
+    path = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    return dict(env, PYTHONPATH=path, **{HOOK: json.dumps(dict(file=str(Path(file).resolve()), call=call))})
+
+
+def stamp_first_loop(on_item, on_end=None):
+    """Wrap tqdm.tqdm (the progress loop of our scripts and of LeanRL's) so that on_item(n, now) runs at the start of
+    each item of the first loop the process iterates over, n the items done before it; a False from it ends the loop
+    there (the script then finishes as after its last iteration). on_end(n, now) runs when that loop ends by itself.
+    Later loops (an evaluation) are not stamped."""
+    import tqdm
+
+    base, claimed = tqdm.tqdm, []
+
+    class StampedTqdm(base):
+        def __iter__(self):
+            if claimed:
+                yield from super().__iter__()
+                return
+            claimed.append(self)
+            done = 0
+            for item in super().__iter__():
+                if on_item(done, time.time()) is False:
+                    return
+                yield item
+                done += 1
+            if on_end is not None:
+                on_end(done, time.time())
+
+    tqdm.tqdm = StampedTqdm

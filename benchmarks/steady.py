@@ -19,14 +19,14 @@ results line's sps (no CPU time, no warm-up, no spread).
 
 --peer DIR adds one more side, named peer, measured after ours in each round: LeanRL's scripts (DIR/leanrl/<script>.py,
 the same file names as ours; a script it lacks is left out of its side). They have no bookkeeping and no results line:
-the recorder stamps the end of every iteration of the first tqdm loop they iterate over (PPO: num_envs * num_steps env
-steps an item; the off-policy scripts: one vector step of num_envs envs), their warm-up ends at the env step where our
-script's burn-in ended in the same round, they run with WANDB_MODE=disabled and without the flags their Args lack. The
-table adds the ratio of the last --side to the peer.
+the recorder stamps the end of every iteration of the first tqdm loop they iterate over (harness.stamp_first_loop;
+PPO: num_envs * num_steps env steps an item; the off-policy scripts: one vector step of num_envs envs), their warm-up
+ends at the env step where our script's burn-in ended in the same round, they run with WANDB_MODE=disabled and without
+the flags their Args lack. The table adds the ratio of the last --side to the peer.
 
 Output in --out: steady.md (the table, also printed) for this invocation, steady.jsonl (every measurement, with the
 machine and the commit of each side; appended) and steady_runs/ (each run's log, ticks.csv and results line).
-This file is also imported inside the measured process (record_ticks): keep its top-level imports to the stdlib.
+This file is also loaded inside the measured process (record_ticks): keep its top-level imports to the stdlib.
 """
 
 import argparse
@@ -52,25 +52,20 @@ TICKS_FROM = "LEANRL_TICKS_FROM"  # "tqdm": a peer's script, stamped through its
 PEER = "peer"  # the peer's side
 PEER_STAMP = "LeanRL (patched, see docs/cpu-speed.md)"  # what the table calls the peer: no local path
 PEER_FOLDER = "<patched LeanRL>"  # and its folder in the command that measured it
-SITECUSTOMIZE = """import importlib.util
-spec = importlib.util.spec_from_file_location("leanrl_steady", {path!r})
-steady = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(steady)
-steady.record_ticks()
-"""
 
 # ---------------------------------------------------------------- inside the measured process
 
 
-def record_ticks():
-    """Wrap leanrl.bookkeeping's Run as soon as the script imports it (whichever checkout it comes from)."""
+def record_ticks(harness):
+    """Wrap leanrl.bookkeeping's Run as soon as the script imports it (whichever checkout it comes from); a peer's
+    script: stamp its progress loop (harness.stamp_first_loop). Called by harness.hook_env's sitecustomize."""
     import importlib.machinery
 
-    ticks_file = os.environ.pop(TICKS_FILE, None)  # popped: a process this one starts records nothing
+    ticks_file = os.environ.pop(TICKS_FILE, None)
     if ticks_file is None:
         return
     if os.environ.pop(TICKS_FROM, None) == "tqdm":
-        stamp_tqdm(ticks_file)
+        stamp_tqdm(harness, ticks_file)
         return
 
     class Finder:
@@ -112,27 +107,20 @@ def wrap_run(bookkeeping, ticks_file):
     run.tick, run.__exit__ = tick_noted, exit_noted
 
 
-def stamp_tqdm(ticks_file):
-    """A peer's script: note (env steps so far, wall time, CPU time) at the end of every iteration of the first tqdm
-    loop it iterates over (its training loop), and write them when the process exits."""
+def stamp_tqdm(harness, ticks_file):
+    """A peer's script: note (env steps so far, wall time, CPU time) at the end of every iteration of its training
+    loop (the first tqdm loop it iterates over), and write them when the process exits."""
     import atexit
 
-    import tqdm
-
     header, rows = {"source": "tqdm", "steps_per_item": None}, []
-    base = tqdm.tqdm
 
-    class StampedTqdm(base):
-        def __iter__(self):
-            if header["steps_per_item"] is not None:  # a later loop (an evaluation): not timed
-                yield from super().__iter__()
-                return
-            header["steps_per_item"] = per_item = steps_per_item(vars(sys.modules["__main__"]).get("args"))
-            for n, item in enumerate(super().__iter__(), 1):
-                yield item
-                rows.append((n * per_item, time.time(), cpu_time()))  # the loop asked for the next item: n ended
+    def stamp(done, now):  # the start of item done + 1 is the end of item done
+        if header["steps_per_item"] is None:
+            header["steps_per_item"] = steps_per_item(vars(sys.modules["__main__"]).get("args"))
+        if done:
+            rows.append((done * header["steps_per_item"], now, cpu_time()))
 
-    tqdm.tqdm = StampedTqdm
+    harness.stamp_first_loop(stamp, on_end=stamp)
     atexit.register(lambda: write_ticks(ticks_file, header, rows))
 
 
@@ -240,9 +228,10 @@ def peer_argv(argv, script):
 
 
 def recording_env(folder):
-    """The environment of a measured process: a sitecustomize in `folder` that loads the tick recorder."""
-    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.format(path=str(Path(__file__).resolve())))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+    """The environment of a measured process: its sitecustomize in `folder` calls record_ticks (harness.hook_env)."""
+    from benchmarks.harness import hook_env  # not at the top: the measured process loads this file alone
+
+    env = hook_env(folder, os.environ, __file__, "record_ticks")
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
@@ -384,18 +373,6 @@ def table(records, sides, ratios=None, absent=()):
 # ---------------------------------------------------------------- the command
 
 
-def commit_of(root):
-    """(commit, has uncommitted changes to tracked files) of the checkout at `root`; (None, None) if not git."""
-    try:
-        git = ["git", "--no-optional-locks", "-C", str(root)]
-        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        changes = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                 text=True, check=True).stdout  # fmt: skip
-        return head, bool(changes.strip())
-    except (OSError, subprocess.CalledProcessError):
-        return None, None
-
-
 def label_of(argv):
     """The script and the variant flags that name a row: `dqn_torchcompile.py --compile`."""
     return " ".join([Path(argv[0]).name, *(a for a in argv[1:] if a in ("--compile", "--cudagraphs"))])
@@ -436,9 +413,8 @@ def parse(argv, fail):
 
 def main(argv=None):
     sys.path.insert(0, str(ROOT))
-    import torch
-
-    from leanrl import bookkeeping as bk  # not at the top: the measured process imports this file, not torch
+    from benchmarks.harness import machine_info  # not at the top: the measured process loads this file alone
+    from leanrl import bookkeeping as bk
 
     fail = lambda message: bk.fail(__file__, message)
     args = parse(argv, fail)
@@ -482,15 +458,10 @@ def main(argv=None):
             absent.add((label, PEER))
 
     session = datetime.now(UTC)
-    commits = {name: commit_of(root) for name, root in sides.items() if name != PEER}
-    machine = dict(
-        cpu=bk.cpu_name(),
-        cpu_count=os.cpu_count(),
-        pinned=args.cpu,
-        torch=torch.__version__,
-        python=sys.version.split()[0],
-        load_avg=os.getloadavg()[0],
-    )
+    commits = {name: bk.source_commit(root) for name, root in sides.items() if name != PEER}
+    stamp = machine_info()
+    machine = dict(pinned=args.cpu, load_avg=stamp["load_average_at_start"])
+    machine.update({k: stamp[k] for k in ("cpu", "cpu_count", "torch", "python")})
     hook = Path(tempfile.mkdtemp(prefix="steady-hook-"))
     start_env = recording_env(hook)
     runs_dir = args.out / "steady_runs" / session.strftime("%Y%m%d-%H%M%S")
@@ -503,10 +474,11 @@ def main(argv=None):
             ran = [x for x in ok_runs(records) if (x["round"], x["label"], x["side"]) == (r, label, ours[-1])]
             peer["burnin_steps"] = ran[0].get("burnin_steps") if ran else None
         record = measure(words, sides[side], folder, start_env, args.cpu, args.cold, args.warmup_s, **peer)
-        commit, dirty = commits.get(side, (None, None))
+        commit, dirty = (commits.get(side) or "").partition(" + ")[::2]
         record = dict(
             machine, session=session.isoformat(timespec="seconds"), round=r, label=label, side=side,
-            root=str(sides[side]), commit=commit, uncommitted_changes=dirty, argv=words, cold=args.cold,
+            root=str(sides[side]), commit=commit or None, uncommitted_changes=bool(dirty) if commit else None,
+            argv=words, cold=args.cold,
             warmup_floor_s=args.warmup_s, **record,
         )  # fmt: skip
         records.append(record)
@@ -519,8 +491,7 @@ def main(argv=None):
     shutil.rmtree(hook, ignore_errors=True)
 
     # each side by its commit, not its folder: the table is committed, a local path means nothing elsewhere
-    named = ", ".join(f"{name} = {(c or 'no git')[:12]}{' + uncommitted changes' if d else ''}"
-                      for name, (c, d) in commits.items())  # fmt: skip
+    named = ", ".join(f"{name} = {commit or 'no git'}" for name, commit in commits.items())
     if args.peer is not None:  # not its folder, a local path: where it comes from is in the docs
         named += f", {PEER} = {PEER_STAMP}"
     ratios = [(s, ours[0]) for s in ours[1:]] + ([(ours[-1], PEER)] if args.peer is not None else [])

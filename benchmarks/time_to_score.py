@@ -18,7 +18,7 @@ with SIGTERM (the script writes its results line, status interrupted); or the ru
 Then it appends one strict-JSON record (kind "time_to_score") to OUT/time_to_score.jsonl: the script, env, flags,
 target, reached, seconds_to_score (null if not reached), steps_at_score, the best and the final last-100 mean, the
 steps and wall seconds at the end, what stopped the run, the script's own results line (sps: steps/s from its burn-in
-to the end; status) and the machine (gpu_session.machine(), with the cores this process may use). Also in OUT:
+to the end; status) and the machine (harness.session_machine(), with the cores this process may use). Also in OUT:
 <tag>.log (the run's output) and the run's results file and folder under runs/ (--archive: packed into <tag>.tar.gz).
 plots/plot.py --time-to-score OUT/time_to_score.jsonl draws the curves beside the published end points.
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.gpu_session import ROOT, machine  # noqa: E402  (the machine stamp and commit of a GPU session)
+from benchmarks.harness import ROOT, session_machine  # noqa: E402  (the machine stamp and commit of a session)
 
 DEFAULT_SCRIPT = "leanrl/pqn_atari_envpool_torchcompile.py"
 TARGETS = {"pqn_atari_envpool": 385.0, "ppo_atari_envpool": 400.0}  # by pair: the script's name less _torchcompile
@@ -182,7 +182,7 @@ def main(argv=None):
     script = script.resolve()
     fast = getattr(load_module(script), "FAST_FLAGS", None)  # None: a script without one runs at its defaults
     fast_flags = shlex.split(fast or "")
-    info = machine()  # before the launch: the harness's imports and CUDA context are not the run's
+    info = session_machine()  # before the launch: the harness's imports and CUDA context are not the run's
     info.pop("kind")
     info["cores"] = len(os.sched_getaffinity(0))  # the cores this process (and the run) may use
     cuda = info["device"] != "cpu" and not args.dry_run

@@ -498,6 +498,11 @@ def publish_files(out, plots_dir, names):
 
 
 GPU_COLUMNS = ["eager", "twin", "twin --compile", "twin --compile --cudagraphs"]
+# LeanRL's published twin speeds, --compile --cudagraphs, steps/s on one H100 (LeanRL's README and charts, copied from
+# the project's anchors, shared/anchors/published_returns.md): the floor for a script run alone
+LEANRL_PUBLISHED = {"ppo_atari_envpool": 6809, "ppo_continuous_action": 1774, "sac_continuous_action": 725,
+                    "td3_continuous_action": 936}  # fmt: skip
+HELD = 0.2  # two readings of a ratio hold when the larger is at most 20% over the smaller
 
 
 def median_of(cell):
@@ -625,6 +630,74 @@ def gpu_sessions(records):
     return list(sessions.values())
 
 
+def ratio_rounds(rounds):
+    """Per pair of the ratio rounds (gpu_session.py --rounds): our twin's and LeanRL's steps/s by round, the ratio of
+    each round where both have a window, their median, how far the readings differ (the larger over the smaller, less
+    1) and whether they hold (two readings within HELD)."""
+    pairs = defaultdict(lambda: dict(ours={}, peer={}))
+    for r in rounds:
+        row = pairs[(r["pair"], r["env_id"], r.get("num_envs"))]
+        row["ours" if r["side"] == "leanrl" else "peer"][r["round"]] = r.get("sps")
+    out = []
+    for (pair, env_id, num_envs), row in sorted(pairs.items()):
+        numbers = sorted(set(row["ours"]) | set(row["peer"]))
+        ratios = {n: row["ours"][n] / row["peer"][n] for n in numbers if row["ours"].get(n) and row["peer"].get(n)}
+        values = list(ratios.values())
+        differ = max(values) / min(values) - 1 if len(values) > 1 else None
+        out.append(dict(pair=pair, env_id=env_id, num_envs=num_envs, rounds=numbers, ours=row["ours"],
+                        peer=row["peer"], ratios=ratios, median=statistics.median(values) if values else None,
+                        differ=differ, held=len(values) == 2 and differ <= HELD))  # fmt: skip
+    return out
+
+
+def rounds_markdown(rounds):
+    """The ratio rounds' table: both readings, their median, a mark where they differ by more than HELD."""
+    sps = lambda by, n: f"{by[n]:,.0f}" if by.get(n) else "—"
+    lines = [
+        "Our twin and LeanRL's, the same flags, at the same moment on equal cores, then with the cores "
+        f"swapped: the median of the rounds' ratios, each round's in brackets; readings more than {HELD:.0%} apart "
+        "are marked, not a ratio that holds.",
+        "",
+        "| pair | env | ours, by round | LeanRL's twin, by round | ours / LeanRL: median (by round) | readings |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in ratio_rounds(rounds):
+        env = row["env_id"] + (f" ({row['num_envs']} envs)" if row["num_envs"] and row["num_envs"] > 1 else "")
+        each = ", ".join(f"{row['ratios'][n]:.2f}x" if n in row["ratios"] else "—" for n in row["rounds"])
+        median = f"{row['median']:.2f}x ({each})" if row["median"] is not None else "—"
+        mark = (
+            f"hold ({row['differ']:.0%} apart)"
+            if row["held"]
+            else f"**differ by {row['differ']:.0%}**"
+            if row["differ"] is not None
+            else "**one reading**"
+        )
+        ours = " / ".join(sps(row["ours"], n) for n in row["rounds"])
+        peer = " / ".join(sps(row["peer"], n) for n in row["rounds"])
+        lines.append(f"| `{row['pair']}` | {env} | {ours} | {peer} | {median} | {mark} |")
+    return lines + [""]
+
+
+def alone_markdown(alone):
+    """PPO Atari's twin alone on the machine, beside the env's ceiling on the same cores and LeanRL's figure."""
+    twin = next((r for r in alone if r.get("kind") == "run"), None)
+    ceiling = next((r for r in alone if r.get("kind") == "ceiling"), None)
+    if twin is None:
+        return []
+    sps = twin.get("sps")
+    line = (
+        f"Alone on the machine ({twin.get('cores')} cores, nothing else on the GPU): `{twin['pair']}` "
+        f"{twin['variant']}, {twin['env_id']} at {twin['num_envs']} envs: "
+        + (f"{sps:,.0f} steps/s" if sps else f"no steady figure ({twin.get('status')})")
+    )
+    if ceiling and ceiling.get("sps"):
+        line += f"; the env's ceiling on the same cores: {ceiling['sps']:,.0f} steps/s"
+        line += f" ({sps / ceiling['sps']:.0%} of it)" if sps else ""
+    if twin["pair"] in LEANRL_PUBLISHED:
+        line += f"; LeanRL's published H100 figure: {LEANRL_PUBLISHED[twin['pair']]:,} steps/s"
+    return [line + ".", ""]
+
+
 def gpu_markdown(records, brief=False, checks=True):
     """One table per session: each env's ceiling, each pair's eager script and twin variants, LeanRL's scripts
     beside them, the ratios; then the checks (recompiles, host syncs) and the runs with no steady window.
@@ -632,6 +705,9 @@ def gpu_markdown(records, brief=False, checks=True):
     checks=False: without the checks table (docs/gpu-checks.md's cut; the archive pages keep it)."""
     out = []
     for machine, runs, ceilings in gpu_sessions(records):
+        rounds, alone = [r for r in runs if r.get("round")], [r for r in runs + ceilings if r.get("alone")]
+        runs = [r for r in runs if not r.get("round") and not r.get("alone")]
+        ceilings = [c for c in ceilings if not c.get("alone")]
         stamp = f"{machine['device']} · {machine['cpu']} ({machine['cpu_count']} cores) · torch {machine['torch']}"
         if brief:
             out += [
@@ -652,9 +728,13 @@ def gpu_markdown(records, brief=False, checks=True):
                 + f"; tensordict {machine.get('tensordict')}, envpool {machine.get('envpool')}, driver "
                 f"{machine.get('driver')}"
                 + (f", inductor options {machine['inductor']}" if machine.get("inductor") else "")
-                + f". Steps/s over a steady window after compile and capture; {len({r.get('lane') for r in runs})} "
-                "lanes ran at the same time, each on its own CPU cores, sharing the GPU. In brackets: seconds from the "
-                "start to the window.",
+                + ". Steps/s over a steady window after compile and capture; "
+                + (
+                    f"{len({r.get('lane') for r in runs})} lanes ran at the same time, each on its own CPU cores, "
+                    "sharing the GPU. In brackets: seconds from the start to the window."
+                    if runs
+                    else "how the runs shared the machine: below."
+                ),
                 "",
             ]
         if ceilings and not brief:
@@ -677,7 +757,7 @@ def gpu_markdown(records, brief=False, checks=True):
             head += ["twin" if brief else "twin, same flags"]
         if ceilings:
             head.append(f"{best_twin} / env ceiling")
-        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] if cells else []
         fmt = lambda r: (
             "—"
             if r is None
@@ -703,7 +783,8 @@ def gpu_markdown(records, brief=False, checks=True):
                 top = ceiling_of.get((env_id, num_envs))
                 line.append(f"{best['sps'] / top:.0%}" if best and top else "—")
             out.append("| " + " | ".join(line) + " |")
-        out.append("")
+        out += [""] if cells else []
+        out += alone_markdown(alone) + (rounds_markdown(rounds) if rounds else [])
         if brief:
             continue
         checked = [r for r in runs if "recompiles_after" in r or "syncs" in r] if checks else []

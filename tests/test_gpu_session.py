@@ -152,6 +152,104 @@ def test_a_published_gpu_table_names_its_commit_and_a_dirty_one_is_refused(tmp_p
             assert "at commit `abc1234`: steps/s" in readme.read_text() and "old" not in readme.read_text()
 
 
+def test_the_rounds_pair_each_twin_with_leanrls_on_equal_halves_and_alone_is_ppo_atari_beside_its_ceiling():
+    lanes = session.plan("/peer", dry_run=False, cores=list(range(16)))
+    slots = session.rounds_plan(lanes, list(range(16)))
+    assert [(name, a, b) for name, a, b, _ in slots] == [
+        ("ppo-atari-dqn", [0, 1, 2, 3], [4, 5, 6, 7]),  # envpool's threads: the cores left over go to PPO Atari
+        ("ppo-continuous", [8, 9], [10, 11]),
+        ("sac-td3", [12, 13], [14, 15]),
+    ]
+    pairs = [(ours, theirs) for _, _, _, jobs in slots for ours, theirs in jobs]
+    ppo, off_policy = (
+        ["ppo_atari_envpool", "dqn", "ppo_continuous_action"],
+        ["sac_continuous_action", "td3_continuous_action"],
+    )
+    assert [ours["pair"] for ours, _ in pairs] == ppo + off_policy
+    for ours, theirs in pairs:  # the same run on each side: LeanRL's script, our flags
+        assert (ours["side"], theirs["side"]) == ("leanrl", "leanrl-peer")
+        assert ours["variant"] == theirs["variant"] == "twin --compile --cudagraphs" and not ours["profile"]
+        assert (ours["flags"], ours["num_envs"]) == (theirs["flags"], theirs["num_envs"])
+    assert pairs[0][0]["num_envs"] == 8
+    assert [name for name, *_ in session.rounds_plan(lanes, list(range(16)), pairs=["td3_continuous_action"])] == [
+        "sac-td3"]  # fmt: skip
+    assert session.split_halves([0, 1], 3) == [([0], [1])] * 3  # fewer cores than halves: the two cores, swapped
+    ceiling, twin = session.alone_plan(lanes)
+    assert (ceiling["kind"], ceiling["env_id"], ceiling["num_envs"]) == ("ceiling", "Breakout-v5", 8)
+    assert (twin["side"], twin["pair"], twin["variant"], twin["num_envs"]) == (
+        "leanrl", "ppo_atari_envpool", "twin --compile --cudagraphs", 8)  # fmt: skip
+
+
+def test_the_rounds_table_gives_the_median_ratio_both_readings_and_marks_readings_apart():
+    machine = dict(kind="machine", device="GPU X", cpu="CPU Y", cpu_count=16, torch="2.11.0", time="2026-11-29T00")
+    run = lambda side, pair, r, sps: dict(
+        kind="run", side=side, pair=pair, variant="twin --compile --cudagraphs", env_id="HalfCheetah-v4", num_envs=1,
+        sps=sps, round=r, lane=f"x-{side}",
+    )  # fmt: skip
+    records = [machine]
+    # sac: 1.30x then 1.20x: they hold (8% apart), median 1.25x (the ratio of the median speeds would be 1.27x)
+    records += [run("leanrl", "sac", 1, 1300.0), run("leanrl-peer", "sac", 1, 1000.0)]
+    records += [run("leanrl", "sac", 2, 600.0), run("leanrl-peer", "sac", 2, 500.0)]
+    # td3: 1.50x then 1.00x: 50% apart, marked; ppo: LeanRL's second round got no window: one reading
+    records += [run("leanrl", "td3", 1, 900.0), run("leanrl-peer", "td3", 1, 600.0)]
+    records += [run("leanrl", "td3", 2, 700.0), run("leanrl-peer", "td3", 2, 700.0)]
+    records += [run("leanrl", "ppo", 1, 2000.0), run("leanrl-peer", "ppo", 1, 1000.0)]
+    records += [run("leanrl", "ppo", 2, 2100.0), dict(run("leanrl-peer", "ppo", 2, None), status="no window")]
+    rows = {row["pair"]: row for row in plot.ratio_rounds(records[1:])}
+    assert rows["sac"]["median"] == pytest.approx(1.25) and rows["sac"]["differ"] == pytest.approx(1.3 / 1.2 - 1)
+    assert rows["sac"]["held"] and not rows["td3"]["held"] and rows["td3"]["differ"] == pytest.approx(0.5)
+    assert rows["ppo"]["ratios"] == {1: 2.0} and not rows["ppo"]["held"]
+    for table in (plot.gpu_markdown(records), plot.gpu_markdown(records, brief=True)):
+        cells = {
+            row.split(" | ")[0].strip("| `"): [c.strip() for c in row.strip("|").split("|")][2:]
+            for row in table.splitlines()
+            if row.startswith("| `")
+        }
+        assert cells == {
+            "ppo": ["2,000 / 2,100", "1,000 / —", "2.00x (2.00x, —)", "**one reading**"],
+            "sac": ["1,300 / 600", "1,000 / 500", "1.25x (1.30x, 1.20x)", "hold (8% apart)"],
+            "td3": ["900 / 700", "600 / 700", "1.25x (1.50x, 1.00x)", "**differ by 50%**"],
+        }
+        assert "| pair | env | eager |" not in table  # a session of rounds only: no lanes table
+
+
+def test_the_alone_line_puts_the_twin_beside_the_ceiling_on_the_same_cores_and_leanrls_figure():
+    machine = dict(kind="machine", device="GPU X", cpu="CPU Y", cpu_count=16, torch="2.11.0", time="2026-11-29T00")
+    ceiling = dict(kind="ceiling", family="envpool", env_id="Breakout-v5", num_envs=8, sps=20000.0, alone=True)
+    twin = dict(kind="run", side="leanrl", pair="ppo_atari_envpool", variant="twin --compile --cudagraphs",
+                env_id="Breakout-v5", num_envs=8, sps=15000.0, cores=16, alone=True)  # fmt: skip
+    table = plot.gpu_markdown([machine, ceiling, twin])
+    assert (
+        "Alone on the machine (16 cores, nothing else on the GPU): `ppo_atari_envpool` twin --compile --cudagraphs, "
+        "Breakout-v5 at 8 envs: 15,000 steps/s; the env's ceiling on the same cores: 20,000 steps/s (75% of it); "
+        "LeanRL's published H100 figure: 6,809 steps/s." in table
+    )
+    assert "| env ceiling" not in table  # the alone ceiling is in its line, not the lanes' table
+
+
+def test_the_dry_run_rounds_swap_the_cores_and_start_both_sides_together(tmp_path):
+    """The rounds on the CPU, our scripts standing in for LeanRL's (CI has no copy of them), DQN only (about 40 s):
+    each round runs both at once on disjoint cores, as the measured processes saw them, and round 2 swaps them."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_session.py"), "--dry-run", "--rounds", "--pairs", "dqn"]
+    proc = subprocess.run([*cmd, "--peer", str(ROOT), str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()][1:]
+    assert sorted((r["round"], r["side"]) for r in runs) == [
+        (1, "leanrl"), (1, "leanrl-peer"), (2, "leanrl"), (2, "leanrl-peer")]  # fmt: skip
+    seen = {(r["round"], r["side"]): r for r in runs}
+    assert all(r["sps"] > 0 and r["affinity"] == r["core_ids"] for r in runs), runs
+    ours, theirs = seen[(1, "leanrl")], seen[(1, "leanrl-peer")]
+    assert not set(ours["affinity"]) & set(theirs["affinity"]) and len(ours["affinity"]) == len(theirs["affinity"])
+    assert seen[(2, "leanrl")]["affinity"] == theirs["affinity"] and seen[(2, "leanrl-peer")]["affinity"] == (
+        ours["affinity"])  # fmt: skip
+    for r in (1, 2):
+        assert abs(seen[(r, "leanrl")]["started"] - seen[(r, "leanrl-peer")]["started"]) < 1.0
+    assert seen[(2, "leanrl")]["started"] > max(seen[(1, side)]["started"] + seen[(1, side)]["wall_s"]
+                                                for side in ("leanrl", "leanrl-peer")) - 0.5  # fmt: skip
+    assert "| `dqn` | CartPole-v1 |" in (out / "summary.md").read_text()
+
+
 @pytest.mark.parametrize("dry_run", [False, True], ids=["gpu", "dry-run"])
 def test_every_planned_run_of_ours_gets_flags_its_script_takes_and_the_env_it_is_labelled_with(dry_run):
     """Each of our jobs' command line parsed by its script's own Args (a flag a script lacks would cost a GPU call a
