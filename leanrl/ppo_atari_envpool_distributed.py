@@ -6,7 +6,8 @@ minibatch; one all-reduce averages the gradients, so all ranks take the same opt
 With the same global env count the algorithm is the twin's (a minibatch is the union of one share per rank).
 
 Run: torchrun --nproc-per-node 2 leanrl/ppo_atari_envpool_distributed.py --local-num-envs 8 --compile --cudagraphs
-Without torchrun it runs as one process: the twin.
+Without torchrun it runs as one process: the twin. Under torchrun it joins a process group, even of one rank, whose
+collectives then run as with more (on one GPU: `--nproc-per-node 1 ... --backend nccl` checks NCCL).
 """
 
 import io  # (trick: all ranks stop alike, rank 0 says why: the others' stderr is discarded)
@@ -302,7 +303,7 @@ def explained_variance(values, returns):
 def update(
     agent, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,  # (trick: minibatch gathered below)
     clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm,
-    world_size=1,  # trick: with more than one rank, the update averages over the ranks
+    world_size=None,  # trick: in a process group (of world_size ranks), the update averages over the ranks
 ):  # fmt: skip
     """One gradient step on the minibatch mb_inds of the flat batch; returns the detached losses."""
     # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once and
@@ -311,7 +312,7 @@ def update(
         x[mb_inds] for x in (obs, actions, logprobs, advantages, returns, values)
     ]
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
-    if norm_adv and world_size > 1:  # trick: the advantages are normalized over the whole minibatch, all ranks'
+    if norm_adv and world_size:  # trick: the advantages are normalized over the whole minibatch, all ranks'
         advantages, norm_adv = normalize_over_ranks(advantages, world_size), False
     loss, parts = ppo_loss(
         newlogprob, logprobs, entropy, newvalue.view(-1), values, advantages, returns,
@@ -323,7 +324,7 @@ def update(
     loss.backward()
     # trick: the logged numbers as one tensor (LOSSES names them): a CUDA graph clones every output at each replay
     stats = torch.stack([loss.detach(), *parts.values()])
-    if world_size > 1:  # trick: the gradients are averaged before the clipping, so every rank takes the same step
+    if world_size:  # trick: the gradients are averaged before the clipping, so every rank takes the same step
         stats = average_over_ranks(list(agent.parameters()), stats, world_size)
     nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
     optimizer.step()
@@ -357,12 +358,12 @@ def rngs_of_ranks(world_size):
 
 
 @contextmanager
-def process_group(args, world_size, run):
+def process_group(args, joined, run):
     """The run joins the other ranks; a collective waits --dist-timeout at most, then raises, so none waits forever.
 
     A rank that ends in an error writes its results line, whatever its rank: rank 0 may be the one that died."""
     # trick: join the other ranks for the whole run, leave cleanly at its end
-    if world_size > 1:
+    if joined:
         if args.backend == "nccl":  # trick: NCCL's watchdog aborts a timed-out collective and lets the rank raise
             os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # (PyTorch's default tears it down)
         dist.init_process_group(args.backend, timeout=timedelta(seconds=args.dist_timeout))
@@ -372,7 +373,7 @@ def process_group(args, world_size, run):
         # trick: every rank diverges or is interrupted alike (rank 0 reports it); an error may be this rank's alone
         run.record = run.record or not isinstance(err, KeyboardInterrupt | bk.Diverged)
         raise
-    if world_size > 1:
+    if joined:
         dist.destroy_process_group()
 
 
@@ -418,7 +419,7 @@ def check_args(args):
     if cuda and args.backend == "nccl" and ranks_here > torch.cuda.device_count():
         bk.fail(__file__, f"{ranks_here} ranks on this machine but {torch.cuda.device_count()} GPUs: NCCL needs a GPU "
                 "per rank")  # fmt: skip
-    if cuda and args.cudagraphs and args.backend != "nccl" and world_size > 1:
+    if cuda and args.cudagraphs and args.backend != "nccl" and "WORLD_SIZE" in os.environ:  # (a group, even of one)
         bk.fail(__file__, f"--cudagraphs needs the nccl backend (a CUDA graph cannot capture {args.backend}'s "
                 "all-reduce)")  # fmt: skip
     bk.check_atari_env(__file__, args.env_id)
@@ -446,6 +447,7 @@ def evaluate(args, device):
 
 def main(args):
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    joined = "WORLD_SIZE" in os.environ  # trick: under torchrun the process joins a process group, even of one rank
     with redirect_stderr(sys.stderr if rank == 0 else io.StringIO()):  # trick: all ranks stop alike, rank 0 says why
         check_args(args)
     args.batch_size = int(args.num_envs * args.num_steps)
@@ -475,8 +477,9 @@ def main(args):
     # with the steps of all ranks, summary); the run joins the other ranks. A stop signal (Ctrl-C, SIGTERM) only marks
     # the run: the ranks agree on where to stop (at the end of an iteration)
     agree = (lambda signum, state_due: agree_to_stop(signum, state_due, device)) if world_size > 1 else None
-    run_here = bk.Run(__file__, args, device, record=rank == 0, deferred_stop=agree, world_size=world_size, rank=rank)
-    with run_here as run, process_group(args, world_size, run):
+    ranks = dict(world_size=world_size, rank=rank, backend=args.backend if joined else None)  # (trick: in the results)
+    run_here = bk.Run(__file__, args, device, record=rank == 0, deferred_stop=agree, **ranks)
+    with run_here as run, process_group(args, joined, run):
         # trick: --async-envs: two groups of envs, each its own envpool (env i keeps its seed, seed + i, and its
         # column): envpool's threads step one group while the policy acts for the other, so neither waits
         num_groups = 2 if args.async_envs else 1
@@ -552,7 +555,7 @@ def main(args):
             norm_adv=args.norm_adv,
             clip_vloss=args.clip_vloss,
             max_grad_norm=args.max_grad_norm,
-            world_size=world_size,  # trick: the update averages the gradients over the ranks
+            world_size=world_size if joined else None,  # trick: the update averages the gradients over the ranks
         )
         if args.cudagraphs:
             # trick: replay each as one CUDA graph: tensor arguments (here only the indices) are copied into static

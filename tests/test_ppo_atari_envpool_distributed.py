@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torch.multiprocessing as mp
 from conftest import (
     GRACE,
@@ -24,6 +25,7 @@ from conftest import (
     assert_summary_matches,
     curve_points,
     load_script,
+    main_in_process,
     run_script,
     started_runs,
     stop,
@@ -588,6 +590,31 @@ def test_one_process_keeps_the_host_read_budget_and_the_numbers_under_cuda_graph
     for contract in CONTRACTS:
         assert contract.captured_at == 3 and contract.calls > 3, contract
         assert contract.violations(max_bytes_in=16 * 8) == []  # the minibatch's 16 int64 indices at most
+
+
+def test_one_rank_under_torchrun_joins_a_group_of_one_and_learns_what_one_process_learns(
+    dist_settings, monkeypatch, tmp_path
+):
+    """torchrun with one rank (how one GPU checks NCCL): the rank joins a process group of one; each minibatch's update
+    gathers the advantages' statistics and all-reduces the gradients over it, and the run learns what one process
+    without torchrun learns, to float32 rounding."""
+    (tmp_path / "alone").mkdir()
+    alone, _ = main_in_process(dist_settings, list(ONE), tmp_path / "alone")
+    calls = []
+    for name in ("all_reduce", "all_gather_single"):
+        collective = getattr(funcol, name)
+        monkeypatch.setattr(funcol, name, lambda *a, c=collective, n=name, **kw: calls.append(n) or c(*a, **kw))
+    launched = dict(WORLD_SIZE="1", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    for key, value in launched.items():
+        monkeypatch.setenv(key, value)
+    (tmp_path / "joined").mkdir()
+    joined, _ = main_in_process(dist_settings, list(ONE), tmp_path / "joined")
+    assert (alone["backend"], joined["backend"], joined["world_size"]) == (None, "gloo", 1)
+    assert not dist.is_initialized()  # left at the run's end
+    assert calls == ["all_gather_single", "all_reduce"] * 8  # 4 iterations of 2 minibatches
+    assert (joined["steps"], joined["episodes"]) == (alone["steps"], alone["episodes"])
+    for name, value in alone["losses"].items():
+        assert joined["losses"][name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
 
 
 @pytest.mark.parametrize("flags", [(), ("--compile",), ("--cudagraphs",), ("--compile", "--cudagraphs")])

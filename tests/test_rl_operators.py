@@ -588,7 +588,8 @@ def test_a_benchmark_stopped_by_sigterm_still_writes_the_rows_it_measured(script
 
 def test_the_gpu_wrappers_dry_run_covers_every_operator_in_its_parts_and_every_buffer(tmp_path):
     """benchmarks/gpu_benchmarks.sh --dry-run: its three operator parts merged hold every operator (a part left out of
-    the wrapper's list fails it), the replay report holds the buffers and the samplers, at most 6 files come back."""
+    the wrapper's list fails it), the replay report holds the buffers and the samplers, the distributed PPO ran as one
+    rank in a process group of one (its results line), at most 7 files come back."""
     out = tmp_path / "out"
     proc = subprocess.run([str(ROOT / "benchmarks" / "gpu_benchmarks.sh"), "--dry-run", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
@@ -597,4 +598,6 @@ def test_the_gpu_wrappers_dry_run_covers_every_operator_in_its_parts_and_every_b
     assert {row["operator"] for row in ops["rows"]} == set(bench.operators()) and not ops["stopped"]
     replay_report = json.loads((out / "replay_cpu.json").read_text())
     assert replay_report["rows"] and replay_report["samplers"] and not replay_report["stopped"]
-    assert len(list(out.iterdir())) <= 6
+    [nccl] = [json.loads(line) for line in (out / "nccl.jsonl").read_text().splitlines()]
+    assert (nccl["status"], nccl["backend"], nccl["world_size"], nccl["steps"]) == ("ok", "gloo", 1, 64)
+    assert len(list(out.iterdir())) <= 7
