@@ -432,8 +432,10 @@ def pack(value, name="", save_replay=True):
         return value.state_dict()
     if isinstance(value, np.ndarray):
         return torch.from_numpy(value)
-    if isinstance(value, torch.Tensor):
-        return value.detach()
+    if isinstance(value, torch.Tensor):  # a view of part of a storage is saved as a copy of its own: torch.save would
+        # write the whole storage, and refuses one storage under two dtypes (a twin's step upload: one byte buffer
+        # viewed as the obs, the rewards and the flags); it is restored in place all the same
+        return value.detach().clone() if value.untyped_storage().nbytes() != value.nbytes else value.detach()
     if isinstance(value, dict):
         return {key: pack(part) for key, part in value.items()}
     if isinstance(value, tuple | list):

@@ -466,6 +466,27 @@ def act(q_network, obs, prev_actions, prev_rewards, first, h, c, epsilons):
     return torch.where(explore, random_actions, q_values[0].argmax(dim=1)), h, c
 
 
+def packed(arrays, device):
+    """A host byte buffer (pinned for a GPU) and its device copy, laid out as `arrays` end to end at 16-byte boundaries,
+    filled with them and sent up. Returns upload(*arrays), which does so again, and views of the arrays in both."""
+    # trick: a step's host data goes up in one pinned, non_blocking copy (from pageable memory, each array's copy was
+    # a synchronous one of its own); numpy fills the buffer (torch's CPU copy spins OpenMP threads on envpool's cores)
+    tensors = [torch.from_numpy(x) for x in arrays]
+    starts = np.cumsum([0] + [-(-t.nbytes // 16) * 16 for t in tensors])
+    host = torch.zeros(int(starts[-1]), dtype=torch.uint8, pin_memory=device.type == "cuda")
+    up = torch.zeros_like(host, device=device)
+    views = lambda buffer: [buffer[a : a + t.nbytes].view(t.dtype).view(t.shape) for a, t in zip(starts, tensors)]
+    host_arrays = [view.numpy() for view in views(host)]
+
+    def upload(*step):
+        for array, x in zip(host_arrays, step):
+            np.copyto(array, x)
+        up.copy_(host, non_blocking=True)
+
+    upload(*arrays)
+    return upload, views(host), views(up)
+
+
 def check_env_id(env_id):
     """An envpool Atari game, or a classic-control task with discrete actions and a flat observation vector."""
     try:
@@ -631,16 +652,17 @@ def main(args):
         if args.save_model:  # Run writes the checkpoint when the run ends, also when Ctrl-C or SIGTERM stops it
             run.save = lambda: bk.save_checkpoint(run.model_path, args, model=q_network.state_dict())
         # TRY NOT TO MODIFY: start the game
-        to_device = lambda x, dtype=None, device=device: torch.as_tensor(x, dtype=dtype).to(device)
-        to_store = partial(to_device, device=store_device)
-        obs = to_device(obs)  # trick: the obs goes to the device once, for the policy and the store
+        to_store = lambda x, dtype=None: torch.as_tensor(x, dtype=dtype).to(store_device)
         no_step = (to_store(zeros, torch.long), to_store(zeros, torch.float32), to_store(zeros, torch.bool))
-        # (trick: the obs goes to the device once: from there to the store)
-        store_add(store, newest(obs).to(store_device), to_store(zeros == 0), *no_step, to_store(zeros, torch.bool))
+        store_add(store, to_store(newest(obs)), to_store(zeros == 0), *no_step, to_store(zeros, torch.bool))
         state = tuple(torch.zeros(args.num_envs, args.hidden_size, device=device) for _ in range(2))
         prev_actions = torch.zeros(args.num_envs, dtype=torch.long, device=device)
-        prev_rewards = torch.zeros(args.num_envs, device=device)
-        first = torch.ones(args.num_envs, dtype=torch.bool, device=device)
+        # trick: the step's obs, episode starts, rewards and ends go up in one copy (packed, above), the reset's too;
+        # the policy and the store read views of it (a store on the CPU: of the host buffer): the same tensors every
+        # step, one compiled graph. The host rewrites the buffer after the next actions.cpu(): it waits for the stream
+        upload, host, on_device = packed((obs, zeros == 0, zeros.astype(np.float32), zeros != 0, zeros != 0), device)
+        stored = on_device if store_device == device else host  # frames, first, rewards, terminations, truncations
+        obs, first, prev_rewards = on_device[:3]
         # a stopped run goes on: Run writes this state at an iteration's end, --resume restores it (see bookkeeping.py)
         global_step, updates, logged, out, begun = 0, 0, 0, None, run.iterations_done  # begun: the memory's start
         run.state = lambda: dict(
@@ -670,11 +692,10 @@ def main(args):
             # save data to the replay memory: the newest frame once, whether it began an episode, the step's data
             next_obs = observe(next_obs, args.mask_velocity)
             next_first = infos["elapsed_step"] == 0
-            obs, prev_rewards = to_device(next_obs), to_device(rewards, torch.float32)  # (trick: obs to device once)
-            step = (actions.to(store_device), prev_rewards.to(store_device), to_store(terminations))
-            add(newest(obs).to(store_device), to_store(next_first), *step, to_store(truncations))
+            upload(next_obs, next_first, rewards, terminations, truncations)  # (trick: one upload: obs, first too)
+            add(newest(stored[0]), stored[1], actions.to(store_device), *stored[2:])  # (trick: from the upload)
             add_sequences(store, iteration - begun + 2, length, period, args.priority_exponent)
-            first, prev_actions = to_device(next_first), actions  # (trick: the actions are on the device already)
+            prev_actions = actions  # (trick: the actions are on the device already)
 
             # ALGO LOGIC: training, one gradient step at each env step s >= learning_starts with
             # s % train_frequency == 0 (those of the steps this iteration covers; a new memory's: from begun on)

@@ -13,12 +13,14 @@ No GPU exists on this project's machines, so `--cudagraphs` is tested here:
 - The same context records the capture contract of every CudaGraphModule call (`CONTRACTS`): tensor inputs only,
   none requiring grad, the same shapes and dtypes each call, bytes copied in per call, and whether anything was
   compiled at or after the capture call.
-- `host_reads()` counts every read of a tensor to the host by the script line that made it.
+- `host_reads()` counts every read of a tensor to the host by the script line that made it, and `uploads()` every
+  copy of host data to the device.
 """
 
 import contextlib
 import importlib
 import linecache
+import sys
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
@@ -363,6 +365,84 @@ def host_reads(root=LEANRL):
         for name in READ_METHODS:
             stack.enter_context(mock.patch.object(torch.Tensor, name, wrap(name)))
         stack.enter_context(_ReadsAtDispatch(counts, depth, root))
+        yield counts
+
+
+# ---------------------------------------------------------------- uploads
+
+TORCH = Path(torch.__file__).parent
+
+
+def _script_line(root):
+    """'file.py: source line' where the innermost frame outside torch and this file (the code that asked torch for
+    the op: a script's line, or tensordict's, a compiled graph's) is a script's in `root`; else None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        if path != Path(__file__) and TORCH not in path.parents:
+            if path.parent != root:
+                return None
+            return f"{path.name}: {linecache.getline(str(path), frame.f_lineno).strip()}"
+        frame = frame.f_back
+    return None
+
+
+class _Uploads(TorchDispatchMode):
+    """Counts the script's copies of host data to the device (see uploads())."""
+
+    @classmethod
+    def ignore_compile_internals(cls):
+        return True
+
+    supports_higher_order_operators = True  # a nested compile region's graph runs here, as in _ReadsAtDispatch
+
+    def __init__(self, counts, root):
+        super().__init__()
+        self.counts, self.root, self.made_at = counts, root, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.higher_order.invoke_subgraph:
+            subgraph, _identifier, *operands = args
+            with self:
+                return subgraph(*operands)
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return NotImplemented
+        kwargs = kwargs or {}
+        out, aten = func(*args, **kwargs), torch.ops.aten
+        if func is aten.lift_fresh.default:  # a tensor of numpy data or Python numbers
+            kind = "from host data" if out.dim() else None  # a 0-dim one: CUDA kernels take it as an argument
+        elif func is aten.copy_.default and (args[2:] or [kwargs.get("non_blocking")])[0]:
+            kind = "non_blocking copy_"
+        elif func is aten._to_copy.default:
+            kind = "non_blocking to" if kwargs.get("non_blocking") else None
+        else:  # a factory (it takes pin_memory): the line that made a buffer names it
+            kind = "made" if "pin_memory" in kwargs and isinstance(out, torch.Tensor) else None
+        if kind and (where := _script_line(self.root)):
+            if kind == "made":
+                self.made_at[_storage_key(out)] = where
+            elif kind == "non_blocking copy_":
+                made_at = self.made_at.get(_storage_key(args[1]), "no script line")
+                self.counts[f"{kind} at {where} from the buffer made at {made_at}"] += 1
+            else:
+                self.counts[f"{kind} at {where}"] += 1
+        return out
+
+
+@contextlib.contextmanager
+def uploads(root=LEANRL):
+    """Counter of a script's copies of host data to the device, by the line that asked for them. On a GPU each is a
+    host-to-device copy; on this CPU they are found by what makes them:
+
+    - 'from host data at LINE': a tensor made of numpy data or Python numbers (torch.as_tensor, torch.from_numpy,
+      torch.tensor): pageable host memory, copied to the device (a copy the host waits for) where it is asked for
+      there or sent there. A 0-dim one is left out (t[i] = 3 makes one): a CUDA kernel takes it as an argument;
+    - 'non_blocking copy_ at LINE from the buffer made at LINE': an asynchronous copy_, with the line that allocated
+      its source (its pin_memory=...: a copy from pageable memory is not asynchronous on CUDA); 'non_blocking to at
+      LINE' likewise for .to(..., non_blocking=True).
+
+    Copies made by tensordict (a CUDA graph's inputs) or inside a compiled graph are not the script's: not counted."""
+    counts = Counter()
+    with _Uploads(counts, root):
         yield counts
 
 

@@ -1,12 +1,13 @@
 """The GPU path of every twin, on a CPU (tests/gpu_standin.py): `--cudagraphs` and `--compile --cudagraphs` give the
 numbers of the same run without CUDA graphs, every CudaGraphModule keeps the capture contract, and the host reads
-of a run are the ones its pair's test file pins, line by line."""
+of a run (and where a pair's test file pins them, its uploads) are the ones its pair's test file pins, line by line."""
 
+import contextlib
 import importlib
 
 import pytest
 from conftest import load_script
-from gpu_standin import CONTRACTS, host_reads, run_main
+from gpu_standin import CONTRACTS, host_reads, run_main, uploads
 from regression import PAIRS
 
 TWINS = [f"{pair}_torchcompile" for pair in PAIRS]
@@ -71,15 +72,20 @@ def test_cudagraphs_give_the_numbers_of_the_run_without_them(name, compile, tmp_
         want = run_main(module, flags, tmp_path / "plain", cudagraphs="uncaptured")
     else:
         want = plain_runs(name)
-    with host_reads() as reads:
+    # the pair's test file pins the reads (where they differ with these flags: DQN's device policy, the compiler
+    # reading 0-d CPU tensors as it traces); PPO Atari's, PQN Atari's and SAC's files count runs of their own. R2D2's
+    # pins the copies of host data to the device too (issue 42: one upload a step)
+    pair_tests = importlib.import_module(f"test_{name.removesuffix('_torchcompile')}")
+    counted = hasattr(pair_tests, "pinned_uploads")
+    counting = uploads() if counted else contextlib.nullcontext()
+    with host_reads() as reads, counting as copies:
         got = run_main(module, flags, tmp_path / "graphs", cudagraphs=True)
     same_run(got, want)
-    # the pair's test file pins the reads (where they differ with these flags: DQN's device policy, the compiler
-    # reading 0-d CPU tensors as it traces); PPO Atari's, PQN Atari's and SAC's files count runs of their own
-    pair_tests = importlib.import_module(f"test_{name.removesuffix('_torchcompile')}")
+    graph_flags = ["--compile", "--cudagraphs"] if compile else ["--cudagraphs"]
     if hasattr(pair_tests, "pinned_host_reads"):
-        pinned = pair_tests.pinned_host_reads(["--compile", "--cudagraphs"] if compile else ["--cudagraphs"])
-        assert dict(reads) == pinned
+        assert dict(reads) == pair_tests.pinned_host_reads(graph_flags)
+    if counted:
+        assert dict(copies) == pair_tests.pinned_uploads(graph_flags)
     assert CONTRACTS, "no CudaGraphModule was called"
     for contract in CONTRACTS:
         assert contract.captured_at is not None, f"{contract.name} was never captured in this run"

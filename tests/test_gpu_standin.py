@@ -1,13 +1,13 @@
 """The checkers of tests/gpu_standin.py bite: a CPU capture gives the numbers of a run without CUDA graphs for a
-correct step, and fails or differs for each fault a real CUDA graph would expose; the contract and host-read counters
-see what they claim to see."""
+correct step, and fails or differs for each fault a real CUDA graph would expose; the contract, host-read and upload
+counters see what they claim to see."""
 
 from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
-from gpu_standin import HostReadDuringCapture, compile_through_dispatcher, cuda_graphs_on_cpu, host_reads
+from gpu_standin import HostReadDuringCapture, compile_through_dispatcher, cuda_graphs_on_cpu, host_reads, uploads
 from tensordict.nn import CudaGraphModule
 
 HERE = Path(__file__).resolve().parent
@@ -202,3 +202,32 @@ def test_host_reads_are_counted_by_line():
     assert counts["nonzero at test_gpu_standin.py: x.nonzero()"] == 1
     assert any("x[x > 2].sum()" in key for key in counts), counts
     assert sum(counts.values()) == 7, counts
+
+
+def test_uploads_are_counted_by_line_with_the_line_that_made_their_source():
+    """Host data made into tensors (numpy arrays, lists; not 0-dim ones) and non_blocking copies, by line, the copy_
+    with the line that allocated its source; a CUDA graph's input copies (tensordict's) and a compiled graph's ops are
+    not the script's."""
+    import numpy as np
+
+    rows, device_rows = np.ones((2, 3), np.float32), torch.zeros(2, 3)
+    with cuda_graphs_on_cpu(), compile_through_dispatcher(), uploads(root=HERE) as counts:
+        staging = torch.zeros(2, 3, pin_memory=False)
+        for _ in range(3):
+            device_rows.copy_(staging, non_blocking=True)
+        torch.as_tensor(rows).to("cpu")
+        torch.tensor([1.0, 2.0]), torch.tensor(3.0)  # a 0-dim tensor: not counted
+        device_rows.to(torch.float64, non_blocking=True)
+        graph = CudaGraphModule(lambda x: x * 2, warmup=1)
+        for _ in range(3):
+            graph(device_rows)  # copies its input in: tensordict's copy, not this file's
+        torch.compile(lambda x: x.to(torch.float64, non_blocking=True) + torch.tensor([1.0]))(device_rows)
+    made_at = "test_gpu_standin.py: staging = torch.zeros(2, 3, pin_memory=False)"
+    assert dict(counts) == {
+        "non_blocking copy_ at test_gpu_standin.py: device_rows.copy_(staging, non_blocking=True) from the buffer "
+        f"made at {made_at}": 3,
+        'from host data at test_gpu_standin.py: torch.as_tensor(rows).to("cpu")': 1,
+        "from host data at test_gpu_standin.py: torch.tensor([1.0, 2.0]), torch.tensor(3.0)  # a 0-dim tensor: not "
+        "counted": 1,
+        "non_blocking to at test_gpu_standin.py: device_rows.to(torch.float64, non_blocking=True)": 1,
+    }

@@ -1,6 +1,6 @@
 """R2D2 (envpool): value rescaling, sequence targets and priorities against float64 loops, the sum tree's sampler by
 chi-square, the sequence store and the burn-in against real env streams, twin agreement, the GPU path on the CPU
-(meta device, host reads, the steps/s window, wandb keys), the scripts end to end."""
+(meta device, host reads and uploads, the steps/s window, wandb keys), the scripts end to end."""
 
 import contextlib
 import copy
@@ -23,7 +23,7 @@ from conftest import (
     read_curve,
     run_script,
 )
-from gpu_standin import host_reads, run_main
+from gpu_standin import host_reads, run_main, uploads
 from regression import PAIRS
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -656,6 +656,41 @@ def test_the_twin_step_functions_run_on_the_meta_device(mods, monkeypatch):
     assert batch["obs"].shape == (6, B, 2) and batch["h"].shape == (B, H) and set(out) == {"loss", "q_values"}
 
 
+def step_arrays(seed, num_envs=3):
+    """A step's host arrays as the twin uploads them: Atari obs stacks, episode starts, rewards, ends."""
+    rng = np.random.default_rng(seed)
+    obs = rng.integers(0, 256, (num_envs, 4, 84, 84), dtype=np.uint8)
+    flags = [rng.random(num_envs) < 0.5 for _ in range(3)]
+    return obs, flags[0], rng.standard_normal(num_envs).astype(np.float32), *flags[1:]
+
+
+def test_packed_lays_a_step_out_in_one_buffer_and_pins_it_for_a_gpu(mods, monkeypatch):
+    """Issue 42: the twin's step upload. Each array has a view in the host buffer and one in the device copy, end to
+    end at 16-byte boundaries (float32 and bool views of the bytes); the reset's arrays are there at once, and
+    upload() sends a step's in one copy (float64 rewards as float32, as torch.as_tensor(..., dtype=float32) makes
+    them). For a GPU the host buffer is pinned and the copy is made on the GPU."""
+    twin = mods[TWIN]
+    reset = step_arrays(0)
+    upload, host, on_device = twin.packed(reset, torch.device("cpu"))
+    for x, in_host, in_device in zip(reset, host, on_device, strict=True):
+        assert in_host.dtype == in_device.dtype == torch.from_numpy(x).dtype and in_device.is_contiguous()
+        assert np.array_equal(in_host.numpy(), x) and np.array_equal(in_device.numpy(), x)
+    starts = [view.storage_offset() * view.element_size() for view in on_device]  # in bytes
+    assert starts == [0, 3 * 4 * 84 * 84, 3 * 4 * 84 * 84 + 16, 3 * 4 * 84 * 84 + 32, 3 * 4 * 84 * 84 + 48]
+    assert len({view.untyped_storage().data_ptr() for view in on_device}) == 1  # one buffer: one copy
+    step = step_arrays(1)
+    upload(*step[:2], step[2].astype(np.float64), *step[3:])
+    for x, in_device in zip(step, on_device, strict=True):
+        assert np.array_equal(in_device.numpy(), x)
+    made, zeros = [], torch.zeros
+    monkeypatch.setattr(
+        torch, "zeros", lambda *shape, pin_memory, dtype: made.append(pin_memory) or zeros(*shape, dtype=dtype)
+    )
+    monkeypatch.setattr(torch, "zeros_like", lambda t, device: made.append(device) or zeros(t.shape, dtype=t.dtype))
+    twin.packed(reset, torch.device("cuda"))
+    assert made == [True, torch.device("cuda")]
+
+
 # the twin's host reads at the tiny regression flags (tests/regression.py R2D2: 150 iterations of 4 envs, a gradient
 # step every other iteration from env step 200), by line; the same with --cudagraphs
 HOST_READS = {
@@ -664,6 +699,8 @@ HOST_READS = {
     f"numpy at {TWIN}.py: next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())": 150,
     # the losses, both in one read, at the log points (every 100 env steps) after a new gradient step: 300, ..., 600
     "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": 4,
+    # numpy's views of the step upload's host buffer, made once (a host tensor's: no sync)
+    f"numpy at {TWIN}.py: host_arrays = [view.numpy() for view in views(host)]": 5,
 }
 
 
@@ -678,11 +715,32 @@ def pinned_host_reads(flags):
     return {**HOST_READS, **(COMPILE_READS if "--compile" in flags else {})}
 
 
-def test_host_reads_of_the_twin_are_the_pinned_ones(mods, tmp_path):
-    """Issue 16 item 3: a new host read in the twin's loop fails here, naming its line."""
-    with host_reads() as counts:
+# the twin's copies of host data to the device in that run, by line (tests/gpu_standin.py uploads())
+UPLOADS = {
+    # issue 42: one upload a step (150) and one of the reset: the step's obs, episode starts, rewards and ends packed
+    # into one host buffer, pinned where the device is a GPU, sent in one non_blocking copy
+    f"non_blocking copy_ at {TWIN}.py: up.copy_(host, non_blocking=True) from the buffer made at {TWIN}.py: host = "
+    'torch.zeros(int(starts[-1]), dtype=torch.uint8, pin_memory=device.type == "cuda")': 151,
+    # once, at the reset: the buffer's layout (numpy's arrays as tensors, no copy), the eager script's first store write
+    f"from host data at {TWIN}.py: tensors = [torch.from_numpy(x) for x in arrays]": 5,
+    f"from host data at {TWIN}.py: to_store = lambda x, dtype=None: torch.as_tensor(x, dtype=dtype)"
+    ".to(store_device)": 6,
+}
+
+
+def pinned_uploads(flags):
+    """The same with --cudagraphs and --compile --cudagraphs (tests/test_gpu_path.py counts them): a CUDA graph's
+    input copies are tensordict's, not the script's."""
+    return UPLOADS
+
+
+def test_host_reads_and_uploads_of_the_twin_are_the_pinned_ones(mods, tmp_path):
+    """Issue 16 item 3: a new host read in the twin's loop fails here, naming its line; issue 42: so does a new copy of
+    host data to the device (the step's went up in six copies from pageable memory, 906 in this run)."""
+    with host_reads() as counts, uploads() as copies:
         run_main(mods[TWIN], list(PAIRS[EAGER]), tmp_path)
     assert dict(counts) == pinned_host_reads([])
+    assert dict(copies) == pinned_uploads([])
 
 
 class Clock:

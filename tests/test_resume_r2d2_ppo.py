@@ -317,3 +317,23 @@ def test_an_optimizer_tensor_lr_keeps_its_tensor_and_takes_the_saved_value():
     assert bk.unpack(live, saved) is live
     assert live.param_groups[0]["lr"] is lr and float(lr) == 0.5
     assert torch.equal(live.state[live_params[0]]["exp_avg"], saved_adam.state[params[0]]["exp_avg"])
+
+
+def test_views_of_one_byte_buffer_as_other_dtypes_are_saved_and_restored_in_place(tmp_path):
+    """The R2D2 twin's obs, previous reward and episode starts are views of its step upload's byte buffer (issue 42):
+    torch.save refuses one storage under several dtypes, so a view of part of a storage is saved as a copy of its
+    own, and a resume writes the saved values back through the live views, into the buffer."""
+    buffer = torch.zeros(32, dtype=torch.uint8)
+    obs, rewards, first = (
+        buffer[:16].view(torch.float32),
+        buffer[16:24].view(torch.float32),
+        buffer[24:28].view(torch.bool),
+    )
+    obs.copy_(torch.arange(4.0)), rewards.copy_(torch.tensor([1.5, -2.0])), first.copy_(torch.tensor([1, 0, 0, 1]))
+    path = tmp_path / "state.pt"
+    bk.atomic_save(bk.pack((buffer[:16], obs, rewards, first)), path)  # and a uint8 view of the same bytes
+    saved = torch.load(path, weights_only=True)
+    buffer.zero_()
+    live = (buffer[:16], obs, rewards, first)
+    assert all(a is b for a, b in zip(bk.unpack(live, saved), live, strict=True))
+    assert obs.tolist() == [0.0, 1.0, 2.0, 3.0] and rewards.tolist() == [1.5, -2.0] and first.tolist() == [1, 0, 0, 1]
