@@ -27,6 +27,8 @@ reach.
 same moment on equal cores (a slot's two halves), then again with the halves swapped; every record says its round, the
 cores it was given and the cores the measured process saw (affinity). --alone: first, PPO Atari's twin at 8 envs on
 every core with nothing else on the GPU, after envpool's ceiling on the same cores (the figure a user would see).
+--fast: then PQN Atari's twin in its fast configuration (time_to_score.py's run) alone the same way, profiled: where
+an iteration of the time-to-score run goes.
 
 The runs go in lanes that run at the same time, each lane pinned to its own CPU cores, all sharing the one GPU:
 one call of at most 10 minutes cannot run them one after the other. Every record says its lane and cores. A run
@@ -433,6 +435,27 @@ def alone_plan(lanes):
     return [ceiling, dict(twin, profile=False, alone=True)]
 
 
+def fast_plan(lanes, dry_run):
+    """PQN Atari's twin in its fast configuration (the script's FAST_FLAGS, time_to_score.py's run) alone on the
+    machine, profiled after its window, after envpool's ceiling at its env count: where an iteration goes (env steps,
+    policy, update, idle GPU)."""
+    from benchmarks.harness import load_script
+
+    ours = [j for _, _, lane in lanes for j in lane if j.get("side") == "leanrl"]
+    twin = max((j for j in ours if j["pair"] == "pqn_atari_envpool" and "twin" in j["variant"]),
+               key=lambda j: len(j["variant"]))  # the twin with both flags (none in a dry run)  # fmt: skip
+    flags = load_script("pqn_atari_envpool_torchcompile").FAST_FLAGS.split()
+    if dry_run:  # tiny sizes: 8 envs x 8 steps, 2 minibatches
+        for flag, value in (("--num-envs", "8"), ("--num-steps", "8"), ("--num-minibatches", "2")):
+            flags[flags.index(flag) + 1] = value
+    num_envs, num_steps = (int(flags[flags.index(flag) + 1]) for flag in ("--num-envs", "--num-steps"))
+    flags += [flag for flag in twin["flags"] if flag in ("--compile", "--cudagraphs")]
+    ceiling = dict(kind="ceiling", family="envpool", env_id=twin["env_id"], num_envs=num_envs,
+                   seconds=1.0 if dry_run else 8.0)  # fmt: skip
+    run = dict(twin, flags=flags, num_envs=num_envs, steps_per_iter=num_envs * num_steps, profile=True, fast=True)
+    return [ceiling, run]
+
+
 def split_cores(cores, n):
     """n lanes over the cores: as even as they go, the first two lanes (PPO Atari, ours and LeanRL's) first served;
     with fewer cores than lanes, lanes share them round-robin."""
@@ -629,6 +652,8 @@ def main(argv=None):
                         "LeanRL's (comma-separated; default: PPO Atari's at 8 envs, ours)")  # fmt: skip
     parser.add_argument("--rounds", action="store_true", help="instead of the lanes: each pair's twin and LeanRL's "
                         "at the same moment on equal cores, then with the cores swapped (--pairs: some)")  # fmt: skip
+    parser.add_argument("--fast", action="store_true", help="PQN Atari's twin in its fast configuration alone, "
+                        "profiled, after the env's ceiling at its env count (with --alone: after it)")  # fmt: skip
     parser.add_argument("--alone", action="store_true", help="PPO Atari's twin at 8 envs alone on the machine, after "
                         "the env's ceiling on the same cores; then the rounds with --rounds, else nothing")  # fmt: skip
     parser.add_argument("--ceiling", nargs=4, metavar=("FAMILY", "ENV", "NUM_ENVS", "SECONDS"), help=argparse.SUPPRESS)
@@ -713,12 +738,15 @@ def main(argv=None):
     if args.alone:  # first, with nothing else on the machine
         for n, job in enumerate(alone_plan(whole)):
             run_one("alone", n, job, cores, alone=True)
+    if args.fast:
+        for n, job in enumerate(fast_plan(whole, args.dry_run)):
+            run_one("fast", n, job, cores, alone=True, fast=True)
     if args.rounds:
         threads = [
             threading.Thread(target=slot_loop, args=slot) for slot in rounds_plan(whole, cores, split(args.pairs))
         ]
     else:
-        threads = [] if args.alone else [threading.Thread(target=lane_loop, args=lane) for lane in lanes]
+        threads = [] if args.alone or args.fast else [threading.Thread(target=lane_loop, args=lane) for lane in lanes]
     for t in threads:
         t.start()
     for t in threads:

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # One GPU session in one command: every pair's eager script and twin, LeanRL's scripts beside them, each env's
 # ceiling, recompiles and host syncs, a profile of PPO Atari's twin (benchmarks/gpu_session.py says how).
-#   benchmarks/gpu_session.sh [--dry-run] [--rounds] [--alone] OUT      OUT: an empty or new folder; 4 files come back
+#   benchmarks/gpu_session.sh [--dry-run] [--rounds] [--alone] [--fast] OUT   OUT: an empty or new folder; 4 files back
 # Ends within 9 minutes on one H100 or H200 (the runs get 470 s; one still warming up then is stopped and recorded).
 # --rounds, instead of the lanes: the ratios that hold, each pair's twin and LeanRL's at the same moment on equal
 #   cores, then swapped; three slots side by side (PPO Atari then DQN on 4+4 cores, PPO continuous on 2+2, SAC then TD3
 #   on 2+2); the archived runs' warm-ups say about 6 minutes, the longest slot LeanRL's PPO continuous (~3 min a round).
 # --alone: first PPO Atari's twin at 8 envs alone on the machine, after the env's ceiling on the same cores (~1.5 min);
 #   with --rounds the rounds follow in the time left (the slowest pair may then lose its second round), else nothing.
+# --fast: PQN Atari's twin in its fast configuration (time_to_score.py's run: 128 envs, --async-envs, every core)
+#   alone, after envpool's ceiling at 128 envs, profiled (profile.md: env, policy, update, GPU busy); about 2 minutes
+#   (cold compile ~1 min, a 20 s window, 10 profiled iterations); after --alone's run if both are given.
 # --dry-run: the same steps on the CPU at tiny budgets (no --compile/--cudagraphs), about 2 minutes (rounds: 40 s a
 #   pair).
 # LeanRL's patched scripts: PEER (default .whl/peers/leanrl, where ../shared/gpu/kit.sh puts them; PEER=none: ours
@@ -17,11 +20,11 @@ cd "$(dirname "$0")/.."
 flags=()
 while [ $# -gt 1 ]; do
   case "$1" in
-    --dry-run | --rounds | --alone) flags+=("$1"); shift ;;
+    --dry-run | --rounds | --alone | --fast) flags+=("$1"); shift ;;
     *) break ;;
   esac
 done
-usage="usage: benchmarks/gpu_session.sh [--dry-run] [--rounds] [--alone] OUT"
+usage="usage: benchmarks/gpu_session.sh [--dry-run] [--rounds] [--alone] [--fast] OUT"
 [ $# = 1 ] && [ "${1#--}" = "$1" ] || { echo "$usage" >&2; exit 2; }
 py=${PYTHON:-python3}
 torch_version=$($py -c 'import torch; print(torch.__version__)') || { echo "gpu_session.sh: no torch" >&2; exit 2; }

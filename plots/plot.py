@@ -679,23 +679,25 @@ def rounds_markdown(rounds):
 
 
 def alone_markdown(alone):
-    """PPO Atari's twin alone on the machine, beside the env's ceiling on the same cores and LeanRL's figure."""
-    twin = next((r for r in alone if r.get("kind") == "run"), None)
-    ceiling = next((r for r in alone if r.get("kind") == "ceiling"), None)
-    if twin is None:
-        return []
-    sps = twin.get("sps")
-    line = (
-        f"Alone on the machine ({twin.get('cores')} cores, nothing else on the GPU): `{twin['pair']}` "
-        f"{twin['variant']}, {twin['env_id']} at {twin['num_envs']} envs: "
-        + (f"{sps:,.0f} steps/s" if sps else f"no steady figure ({twin.get('status')})")
-    )
-    if ceiling and ceiling.get("sps"):
-        line += f"; the env's ceiling on the same cores: {ceiling['sps']:,.0f} steps/s"
-        line += f" ({sps / ceiling['sps']:.0%} of it)" if sps else ""
-    if twin["pair"] in LEANRL_PUBLISHED:
-        line += f"; LeanRL's published H100 figure: {LEANRL_PUBLISHED[twin['pair']]:,} steps/s"
-    return [line + ".", ""]
+    """Each twin run alone on the machine (PPO Atari's at 8 envs; --fast: PQN Atari's fast configuration), beside the
+    env's ceiling on the same cores (and LeanRL's published figure where it has one)."""
+    lines = []
+    for twin in (r for r in alone if r.get("kind") == "run"):
+        ceiling = next((r for r in alone if r.get("kind") == "ceiling" and (r["env_id"], r["num_envs"]) == (
+            twin["env_id"], twin["num_envs"])), None)  # fmt: skip
+        sps = twin.get("sps")
+        line = (
+            f"Alone on the machine ({twin.get('cores')} cores, nothing else on the GPU): `{twin['pair']}` "
+            f"{twin['variant']}{' in its fast configuration' if twin.get('fast') else ''}, {twin['env_id']} at "
+            f"{twin['num_envs']} envs: "
+        ) + (f"{sps:,.0f} steps/s" if sps else f"no steady figure ({twin.get('status')})")
+        if ceiling and ceiling.get("sps"):
+            line += f"; the env's ceiling on the same cores: {ceiling['sps']:,.0f} steps/s"
+            line += f" ({sps / ceiling['sps']:.0%} of it)" if sps else ""
+        if twin["pair"] in LEANRL_PUBLISHED and not twin.get("fast"):
+            line += f"; LeanRL's published H100 figure: {LEANRL_PUBLISHED[twin['pair']]:,} steps/s"
+        lines += [line + ".", ""]
+    return lines
 
 
 def gpu_markdown(records, brief=False, checks=True):

@@ -227,6 +227,28 @@ def test_the_alone_line_puts_the_twin_beside_the_ceiling_on_the_same_cores_and_l
     assert "| env ceiling" not in table  # the alone ceiling is in its line, not the lanes' table
 
 
+def test_fast_is_pqn_atari_in_the_fast_configuration_time_to_score_runs_profiled_beside_its_ceiling(tmp_path):
+    """--fast plans PQN Atari's twin with the script's own FAST_FLAGS and both flags, labelled with its env count and
+    steps an iteration, profiled, after envpool's ceiling at that count; the dry run (8 envs x 8 steps, about a
+    minute) gets a steady window, the profile of a rollout with send and recv, and the alone line."""
+    fast_flags = load_script("leanrl/pqn_atari_envpool_torchcompile.py").FAST_FLAGS.split()
+    ceiling, twin = session.fast_plan(session.plan("/peer", dry_run=False, cores=list(range(16))), dry_run=False)
+    assert (ceiling["kind"], ceiling["env_id"], ceiling["num_envs"]) == ("ceiling", "Breakout-v5", 128)
+    assert twin["flags"] == [*fast_flags, "--compile", "--cudagraphs"] and twin["script"].endswith(
+        "pqn_atari_envpool_torchcompile.py")  # fmt: skip
+    assert (twin["num_envs"], twin["steps_per_iter"], twin["profile"], twin["fast"]) == (128, 128 * 32, True, True)
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_session.py"), "--dry-run", "--no-peer", "--fast", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ceiling, run = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()][1:]
+    assert (ceiling["kind"], ceiling["num_envs"], run["num_envs"], run["steps_per_iter"]) == ("ceiling", 8, 8, 64)
+    assert run["sps"] > 0 and run["results_line"]["status"] == "ok" and "--async-envs" in run["flags"]
+    profile = (out / "profile.md").read_text()
+    assert "pqn_atari_envpool_torchcompile.py" in profile and "`env.recv`" in profile and "`env.send`" in profile
+    assert "in its fast configuration, Breakout-v5 at 8 envs:" in (out / "summary.md").read_text()
+
+
 def test_the_dry_run_rounds_swap_the_cores_and_start_both_sides_together(tmp_path):
     """The rounds on the CPU, our scripts standing in for LeanRL's (CI has no copy of them), DQN only (about 40 s):
     each round runs both at once on disjoint cores, as the measured processes saw them, and round 2 swaps them."""
