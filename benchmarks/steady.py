@@ -458,6 +458,8 @@ def main(argv=None):
             absent.add((label, PEER))
 
     session = datetime.now(UTC)
+    if len(sides) > 1:  # $LEANRL_COMMIT names one checkout's commit: each side is stamped by its own git
+        os.environ.pop("LEANRL_COMMIT", None)
     commits = {name: bk.source_commit(root) for name, root in sides.items() if name != PEER}
     stamp = machine_info()
     machine = dict(pinned=args.cpu, load_avg=stamp["load_average_at_start"])
