@@ -353,12 +353,15 @@ def main(args):
         )
 
         # ALGO Logic: Storage setup
-        # trick: T + 1 rows, each written in place where the data lands: the env's observation straight into
-        # obs[step + 1] and its reward and done flag into env_out[step + 1]; row T is the bootstrap input and becomes
-        # row 0 of the next iteration. No per-step tensors, no TensorDicts to validate and stack
+        # trick: T + 1 rows, each written in place where the data lands: a row per env of one byte buffer holds the
+        # env's observation, then its reward and done flag as float32 (4 x 84 x 84 bytes keep them aligned), so a step
+        # lands in one copy, and obs and env_out (T + 1, 2, envs) are views of it. Row T is the bootstrap input and
+        # becomes row 0 of the next iteration. No per-step tensors, no TensorDicts to validate and stack
         obs_shape = envs.observation_space.shape
-        obs = torch.zeros((args.num_steps + 1, args.num_envs) + obs_shape, dtype=torch.uint8, device=device)
-        env_out = torch.zeros((args.num_steps + 1, 2, args.num_envs), device=device)  # reward, done (trick: T + 1 rows)
+        obs_bytes = int(np.prod(obs_shape))
+        received = torch.zeros((args.num_steps + 1, args.num_envs, obs_bytes + 8), dtype=torch.uint8, device=device)
+        obs = received[..., :obs_bytes].view(received.shape[:2] + obs_shape)
+        env_out = received[..., obs_bytes:].view(torch.float32).permute(0, 2, 1)  # reward, done (trick: T + 1 rows)
         actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
         logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
         # (trick: T + 1 rows: rewards and dones are rows of env_out)
@@ -366,11 +369,11 @@ def main(args):
         advantages = torch.zeros((args.num_steps, args.num_envs), device=device)
         returns = torch.zeros((args.num_steps, args.num_envs), device=device)
         # trick: a non_blocking copy from envpool's pageable arrays need not be asynchronous (the driver stages it). On
-        # CUDA they go through pinned host buffers (reward and done together): both copies are asynchronous, each done
-        # before its buffer is written again (the next step's action.cpu() waits for the stream). CPU: straight in
-        pinned = device.type == "cuda"
-        staging = torch.zeros((2, group_size), pin_memory=pinned)  # (trick: --async-envs: a group's envs a copy)
-        obs_staging = torch.zeros((group_size,) + obs_shape, dtype=torch.uint8, pin_memory=pinned)
+        # CUDA a step goes up from a pinned host buffer of the storage's rows, in one asynchronous copy, done before
+        # its rows are written again (a group's next action.cpu() waits for the stream)
+        staging = torch.zeros(received.shape[1:], dtype=torch.uint8, pin_memory=device.type == "cuda")
+        host = staging.numpy()  # numpy's views of it, made once (a host tensor's: no sync)
+        host_obs, host_out = host[:, :obs_bytes].reshape((-1,) + obs_shape), host[:, obs_bytes:].view(np.float32)
         step_index = torch.arange(args.num_steps, device=device)
 
         policy, advantages_fn, update_fn = policy_step, advantages_and_returns, update
@@ -426,14 +429,12 @@ def main(args):
         def receive(step, group):
             """The envs' answer to a group's actions at `step`: obs, reward and done into their rows, games counted."""
             next_obs_np, reward, terminations, truncations, info = env_groups[group].recv()
-            staging[0], staging[1] = torch.from_numpy(reward), torch.from_numpy(terminations | truncations)
-            # trick: non_blocking host-to-device copies from pinned memory, two a (group's) step. numpy fills the pinned
-            # buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
-            if pinned:
-                np.copyto(obs_staging.numpy(), next_obs_np)
-            columns = cols[group]
-            obs[step + 1, columns].copy_(obs_staging if pinned else torch.from_numpy(next_obs_np), non_blocking=True)
-            env_out[step + 1, :, columns].copy_(staging, non_blocking=True)
+            # trick: one non_blocking host-to-device copy a (group's) step, from pinned memory into the storage. numpy
+            # fills the buffer in one thread: torch's parallel copy leaves OpenMP threads spinning on envpool's cores
+            columns = cols[group]  # (trick: --async-envs: a group's rows a copy)
+            np.copyto(host_obs[columns], next_obs_np)
+            host_out[columns, 0], host_out[columns, 1] = reward, terminations | truncations
+            received[step + 1, columns].copy_(staging[columns], non_blocking=True)
             # a lost life ends a training episode; a game (and its score) ends on the last life or the time limit
             game_over = info["terminated"].astype(bool) | truncations
             for episodic_return in bk.game_returns(running_returns[columns], info["reward"], game_over):
@@ -448,7 +449,7 @@ def main(args):
                 lrnow = frac * args.learning_rate
                 optimizer.param_groups[0]["lr"].fill_(lrnow)  # trick: in place, the graphs read this tensor
 
-            obs[0], env_out[0] = obs[-1], env_out[-1]  # (trick: T + 1 rows: row T becomes row 0)
+            received[0] = received[-1]  # (trick: T + 1 rows: row T becomes row 0)
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
                 # (trick: T + 1 rows: the env's obs and done land in their rows after the step, no copies here)

@@ -22,6 +22,7 @@ import importlib
 import linecache
 import sys
 import traceback
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -419,7 +420,10 @@ class _Uploads(TorchDispatchMode):
             kind = "made" if "pin_memory" in kwargs and isinstance(out, torch.Tensor) else None
         if kind and (where := _script_line(self.root)):
             if kind == "made":
-                self.made_at[_storage_key(out)] = where
+                # forgotten when the storage is freed: a later tensor at its address is not that buffer
+                key = _storage_key(out)
+                self.made_at[key] = where
+                weakref.finalize(out.untyped_storage(), self.made_at.pop, key, None)
             elif kind == "non_blocking copy_":
                 made_at = self.made_at.get(_storage_key(args[1]), "no script line")
                 self.counts[f"{kind} at {where} from the buffer made at {made_at}"] += 1

@@ -2,6 +2,7 @@
 the other, give each env the trajectory it has without them; the capture stand-in and the host-read budget hold with
 the overlap on; bad values of the flags get one line and exit code 2."""
 
+import importlib
 from collections import defaultdict
 
 import numpy as np
@@ -16,7 +17,7 @@ from conftest import (
     run_in,
     run_script,
 )
-from gpu_standin import host_reads, run_main
+from gpu_standin import host_reads, run_main, uploads
 from regression import PAIRS
 
 TWINS = ("pqn_atari_envpool_torchcompile", "ppo_atari_envpool_torchcompile")
@@ -136,10 +137,13 @@ def test_each_env_steps_as_without_the_overlap(mods, name, tmp_path, monkeypatch
 @pytest.mark.parametrize("name", TWINS)
 def test_the_capture_stand_in_gives_the_numbers_of_the_run_without_it_with_the_overlap_on(mods, name, tmp_path):
     """--async-envs --cudagraphs under the CUDA-graph stand-in (each group's policy step its own graph) equals the
-    same run with every graph called directly."""
+    same run with every graph called directly; a group's step goes up in one copy (issue 40), 2 groups x 320 steps."""
     flags = [*PAIRS[name.removesuffix("_torchcompile")], "--async-envs"]
     want_line, want_curve = run_main(mods[name], flags, tmp_path / "plain", cudagraphs="uncaptured")
-    line, curve = run_main(mods[name], flags, tmp_path / "captured", cudagraphs=True)
+    with uploads() as copies:
+        line, curve = run_main(mods[name], flags, tmp_path / "captured", cudagraphs=True)
+    pair_tests = importlib.import_module(f"test_{name.removesuffix('_torchcompile')}")
+    assert dict(copies) == {**pair_tests.UPLOADS, pair_tests.STEP_UPLOAD: 640}
     assert line["status"] == want_line["status"] == "ok"
     assert (line["steps"], line["episodes"], curve) == (want_line["steps"], want_line["episodes"], want_curve)
     assert line["losses"] == want_line["losses"]
@@ -147,14 +151,17 @@ def test_the_capture_stand_in_gives_the_numbers_of_the_run_without_it_with_the_o
 
 # With --async-envs at the regression flags (10 iterations of 2 envs x 32 steps: two groups of one env), the host reads
 # of the pair's own budget (its test file) but for the actions: one read a group a step, 2 x 320
+HOST_VIEWS = "host = staging.numpy()  # numpy's views of it, made once (a host tensor's: no sync)"
 OVERLAP_READS = {
     "pqn_atari_envpool_torchcompile": {
         "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": 10,
         "__bool__ at pqn_atari_envpool_torchcompile.py: optimizer = optim.RAdam(": 1,
+        f"numpy at pqn_atari_envpool_torchcompile.py: {HOST_VIEWS}": 1,
     },
     "ppo_atari_envpool_torchcompile": {
         "tolist at ppo_atari_envpool_torchcompile.py: *logged, explained_var = torch.cat(logged).tolist()": 10,
         "__bool__ at ppo_atari_envpool_torchcompile.py: optimizer = optim.Adam(": 1,
+        f"numpy at ppo_atari_envpool_torchcompile.py: {HOST_VIEWS}": 1,
     },
 }
 

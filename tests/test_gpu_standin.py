@@ -210,12 +210,16 @@ def test_uploads_are_counted_by_line_with_the_line_that_made_their_source():
     not the script's."""
     import numpy as np
 
-    rows, device_rows = np.ones((2, 3), np.float32), torch.zeros(2, 3)
+    rows, device_rows, device_frames = np.ones((2, 3), np.float32), torch.zeros(2, 3), torch.zeros(100, 1000)
     with cuda_graphs_on_cpu(), compile_through_dispatcher(), uploads(root=HERE) as counts:
         staging = torch.zeros(2, 3, pin_memory=False)
         for _ in range(3):
             device_rows.copy_(staging, non_blocking=True)
         torch.as_tensor(rows).to("cpu")
+        freed = torch.zeros(100, 1000, pin_memory=False)
+        del freed  # a tensor made later where it was (the allocator often hands a large block out again) is not it
+        later = device_frames + 1.0
+        device_frames.copy_(later, non_blocking=True)
         torch.tensor([1.0, 2.0]), torch.tensor(3.0)  # a 0-dim tensor: not counted
         device_rows.to(torch.float64, non_blocking=True)
         graph = CudaGraphModule(lambda x: x * 2, warmup=1)
@@ -227,6 +231,8 @@ def test_uploads_are_counted_by_line_with_the_line_that_made_their_source():
         "non_blocking copy_ at test_gpu_standin.py: device_rows.copy_(staging, non_blocking=True) from the buffer "
         f"made at {made_at}": 3,
         'from host data at test_gpu_standin.py: torch.as_tensor(rows).to("cpu")': 1,
+        "non_blocking copy_ at test_gpu_standin.py: device_frames.copy_(later, non_blocking=True) from the buffer "
+        "made at no script line": 1,
         "from host data at test_gpu_standin.py: torch.tensor([1.0, 2.0]), torch.tensor(3.0)  # a 0-dim tensor: not "
         "counted": 1,
         "non_blocking to at test_gpu_standin.py: device_rows.to(torch.float64, non_blocking=True)": 1,

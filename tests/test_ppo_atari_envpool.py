@@ -218,9 +218,12 @@ def test_compiled_update_of_the_twin_equals_the_eager_update(mods, backend):
 
 def rollout_storage(T, B, seed):
     """The twin's storage after a rollout: T + 1 rows of observations and (reward, done), with episode ends."""
+    from test_pqn_atari_envpool import as_received
+
     g = torch.Generator().manual_seed(seed)
     obs = torch.randint(0, 256, (T + 1, B, 4, 84, 84), generator=g, dtype=torch.uint8)
     env_out = torch.stack([torch.randn(T + 1, B, generator=g), (torch.rand(T + 1, B, generator=g) < 0.2).float()], 1)
+    obs, env_out = as_received(obs, env_out)  # laid out as the twin lays them out
     actions = torch.zeros(T, B, dtype=torch.long)
     return obs, env_out, actions, torch.zeros(T, B), torch.randn(T, B, generator=g)
 
@@ -590,24 +593,66 @@ def twin_settings():
 #   more but is counted on the same line);
 # - the logged numbers once per iteration, in one read (the last minibatch's losses, the mean clipped fraction,
 #   the explained variance), where the losses are checked: 10;
-# - Adam's constructor checks its tensor lr (0 <= lr) once, before the loop: 1.
+# - Adam's constructor checks its tensor lr (0 <= lr) once, before the loop: 1;
+# - numpy's view of the step upload's pinned host buffer, made once (.numpy() of a host tensor: no sync): 1.
 TWIN_HOST_READS = {
     "cpu at ppo_atari_envpool_torchcompile.py: env_groups[group].send(action.cpu().numpy())": 320,
     "numpy at ppo_atari_envpool_torchcompile.py: env_groups[group].send(action.cpu().numpy())": 320,
     "tolist at ppo_atari_envpool_torchcompile.py: *logged, explained_var = torch.cat(logged).tolist()": 10,
     "__bool__ at ppo_atari_envpool_torchcompile.py: optimizer = optim.Adam(": 1,
+    "numpy at ppo_atari_envpool_torchcompile.py: host = staging.numpy()  # numpy's views of it, made once (a host "
+    "tensor's: no sync)": 1,
 }
+
+# The twin's copies of host data to the device in that run, by line (tests/gpu_standin.py uploads()), the same with
+# --cudagraphs and --compile --cudagraphs (a CUDA graph's input copies are tensordict's, not the script's): issue 40,
+# one copy a (group's) env step, 320 (numpy writes the step's obs, reward and done into the group's rows of one host
+# buffer, pinned on a GPU, laid out as the storage's rows, sent straight into row step + 1 non_blocking); the reset's
+# obs, 1.
+STEP_UPLOAD = (
+    f"non_blocking copy_ at {TWIN}.py: received[step + 1, columns].copy_(staging[columns], non_blocking=True) from "
+    f"the buffer made at {TWIN}.py: staging = torch.zeros(received.shape[1:], dtype=torch.uint8, "
+    'pin_memory=device.type == "cuda")'
+)
+UPLOADS = {
+    STEP_UPLOAD: 320,
+    f"from host data at {TWIN}.py: obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]),"
+    " device=device)": 1,
+}
+
+
+def pinned_uploads(flags):
+    """tests/test_gpu_path.py counts the --cudagraphs and --compile --cudagraphs runs."""
+    return UPLOADS
 
 
 @pytest.mark.parametrize("cudagraphs", [False, True], ids=["plain", "cudagraphs"])
 def test_host_reads_of_the_twin_are_the_pinned_ones(mods, cudagraphs, tmp_path, twin_settings):
-    """A new read of a tensor to the host (a sync on a GPU) fails here, naming its line."""
-    from gpu_standin import host_reads, run_main
+    """A new read of a tensor to the host (a sync on a GPU) fails here, naming its line; so does a new copy of host data
+    to the device (issue 40: the env step went up in two copies)."""
+    from gpu_standin import host_reads, run_main, uploads
 
-    with host_reads() as reads:
+    with host_reads() as reads, uploads() as copies:
         line, _ = run_main(mods[TWIN], tiny_flags(), tmp_path, cudagraphs=cudagraphs)
     assert line["status"] == "ok" and line["steps"] == 640
     assert dict(reads) == TWIN_HOST_READS
+    assert dict(copies) == UPLOADS
+
+
+@pytest.mark.parametrize("async_envs", [False, True], ids=["sync", "async-envs"])
+def test_a_step_goes_up_in_one_copy_into_views_of_one_storage(mods, async_envs, monkeypatch, tmp_path, twin_settings):
+    """Issue 40 item 1, one pinned upload a step: the obs, reward and done of a (group's) step go to the device in one
+    non_blocking copy from the pinned buffer, straight into the byte storage whose views obs and env_out are; the
+    policy steps, GAE and the update are bound to views of it (the update's flat batch too: not a copy)."""
+    from test_pqn_atari_envpool import assert_views_of_one_storage, bound_run
+
+    flags = tiny_flags() + (["--async-envs"] if async_envs else [])
+    line, bound, copies = bound_run(mods[TWIN], flags, monkeypatch, tmp_path)
+    assert line["status"] == "ok" and line["steps"] == 640
+    assert copies == {**UPLOADS, STEP_UPLOAD: 320 * (2 if async_envs else 1)}  # a copy a group a step
+    *policies, (_, obs, env_out, *_), (_, _, flat_obs, *_) = bound
+    assert len(policies) == (2 if async_envs else 1)
+    assert_views_of_one_storage(obs, env_out, flat_obs, [policy[1] for policy in policies])
 
 
 def test_step_functions_of_the_twin_run_on_the_meta_device(mods, twin_settings):

@@ -554,12 +554,28 @@ ONE += ("--total-timesteps", "128", "--measure-burnin", "1")
 # Every read of a tensor to the host in that run, by script line (as pinned for the twin in test_ppo_atari_envpool.py):
 # the action of each env step, to step the envs (64; .numpy() of the host copy reads nothing more, counted on the
 # same line); the logged numbers, once an iteration in one read, where the losses are checked (4); Adam's
-# constructor's check of its tensor lr, once before the loop (1).
+# constructor's check of its tensor lr, once before the loop (1); numpy's view of the step upload's host buffer, made
+# once (1: .numpy() of a host tensor, no sync).
 DIST_HOST_READS = {
     "cpu at ppo_atari_envpool_distributed.py: env_groups[group].send(action.cpu().numpy())": 64,
     "numpy at ppo_atari_envpool_distributed.py: env_groups[group].send(action.cpu().numpy())": 64,
     "tolist at ppo_atari_envpool_distributed.py: *logged, explained_var = torch.cat(logged).tolist()": 4,
     "__bool__ at ppo_atari_envpool_distributed.py: optimizer = optim.Adam(": 1,
+    "numpy at ppo_atari_envpool_distributed.py: host = staging.numpy()  # numpy's views of it, made once (a host "
+    "tensor's: no sync)": 1,
+}
+
+# Its copies of host data to the device in that run, by line (tests/gpu_standin.py uploads()), as the twin's
+# (test_ppo_atari_envpool.py): one copy an env step (64), the reset's obs (1); and, counted as made of host data though
+# it stays on the host, numpy's RNG keys as a tensor when run.resume reads run.state (rngs_of_ranks) once (1)
+DIST_UPLOADS = {
+    f"non_blocking copy_ at {DIST}.py: received[step + 1, columns].copy_(staging[columns], non_blocking=True) from the "
+    f"buffer made at {DIST}.py: staging = torch.zeros(received.shape[1:], dtype=torch.uint8, "
+    'pin_memory=device.type == "cuda")': 64,
+    f"from host data at {DIST}.py: obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]),"
+    " device=device)": 1,
+    "from host data at bookkeeping.py: state = dict(python=random.getstate(), numpy=(name, torch.from_numpy(keys."
+    "astype(np.int64)), pos, has_gauss, gauss))": 1,
 }
 
 
@@ -575,15 +591,16 @@ def dist_settings():
 def test_one_process_keeps_the_host_read_budget_and_the_numbers_under_cuda_graphs(dist_settings, tmp_path):
     """World size 1 allows --cudagraphs: on the CPU stand-in (tests/gpu_standin.py) it gives the numbers of the run
     without graphs, each graph keeps the capture contract (only the indices copied in), and both runs make only the
-    pinned host reads."""
-    from gpu_standin import CONTRACTS, host_reads, run_main
+    pinned host reads and copies of host data to the device (issue 40: one copy an env step)."""
+    from gpu_standin import CONTRACTS, host_reads, run_main, uploads
     from test_gpu_path import same_run
 
-    with host_reads() as plain_reads:
+    with host_reads() as plain_reads, uploads() as plain_copies:
         want = run_main(dist_settings, list(ONE), tmp_path / "plain")
-    with host_reads() as graph_reads:
+    with host_reads() as graph_reads, uploads() as graph_copies:
         got = run_main(dist_settings, list(ONE), tmp_path / "graphs", cudagraphs=True)
     assert dict(plain_reads) == dict(graph_reads) == DIST_HOST_READS
+    assert dict(plain_copies) == dict(graph_copies) == DIST_UPLOADS
     same_run(got, want)
     assert got[0]["world_size"] == 1 and got[0]["cudagraphs"] is True
     assert sorted(contract.name for contract in CONTRACTS) == ["advantages_and_returns", "policy_step", "update"]

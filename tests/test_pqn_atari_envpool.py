@@ -127,7 +127,16 @@ def rollout_storage(T, B, seed):
     g = torch.Generator().manual_seed(seed)
     obs = torch.randint(0, 256, (T + 1, B, 4, 84, 84), generator=g, dtype=torch.uint8)
     env_out = torch.stack([torch.randn(T + 1, B, generator=g), (torch.rand(T + 1, B, generator=g) < 0.3).float()], 1)
+    obs, env_out = as_received(obs, env_out)
     return obs, env_out, torch.zeros(T, B, dtype=torch.long), torch.zeros(T, B)
+
+
+def as_received(obs, env_out):
+    """obs (T + 1, B, 4, 84, 84) and env_out (T + 1, 2, B) as the twins lay them out (issue 40: one copy a step): views
+    of one byte buffer, a row per step and env of the obs bytes, then the reward and done as float32."""
+    rows = torch.cat([obs.flatten(2), env_out.transpose(1, 2).contiguous().view(torch.uint8)], 2)
+    obs_bytes = obs[0, 0].numel()
+    return rows[..., :obs_bytes].view(obs.shape), rows[..., obs_bytes:].view(torch.float32).permute(0, 2, 1)
 
 
 def test_policy_step_and_q_lambda_of_the_twin_compile_whole_and_equal_eager(mods):
@@ -364,12 +373,40 @@ def test_a_diverged_run_stops_with_a_strict_json_line(tmp_path):
 # steps), by script line: the action of each env step, to step the envs: 320 (.cpu(), then .numpy() of the host copy,
 # which reads nothing more but is counted on the same line); the logged losses once per iteration, in one read, where
 # bookkeeping's check_finite checks them: 10; RAdam's constructor checks its tensor lr (0 <= lr) once: 1.
+# numpy's view of the step upload's pinned host buffer, made once, is counted too (.numpy() of a host tensor: no sync).
 TWIN_HOST_READS = {
     "cpu at pqn_atari_envpool_torchcompile.py: env_groups[group].send(action.cpu().numpy())": 320,
     "numpy at pqn_atari_envpool_torchcompile.py: env_groups[group].send(action.cpu().numpy())": 320,
     "tolist at bookkeeping.py: values = torch.stack([v.detach().float() for v in values]).tolist()": 10,
     "__bool__ at pqn_atari_envpool_torchcompile.py: optimizer = optim.RAdam(": 1,
+    "numpy at pqn_atari_envpool_torchcompile.py: host = staging.numpy()  # numpy's views of it, made once (a host "
+    "tensor's: no sync)": 1,
 }
+
+# The twin's copies of host data to the device in that run, by line (tests/gpu_standin.py uploads()), the same with
+# --cudagraphs and --compile --cudagraphs (a CUDA graph's input copies are tensordict's, not the script's):
+# - issue 40: one copy a (group's) env step, 320: numpy writes the step's obs, reward and done into the group's rows of
+#   one host buffer (pinned on a GPU) laid out as the storage's rows, sent straight into row step + 1 non_blocking;
+# - the iteration's epsilons, a list made a tensor and copied in: 10; the reset's obs: 1.
+STEP_UPLOAD = (
+    f"non_blocking copy_ at {TWIN}.py: received[step + 1, columns].copy_(staging[columns], non_blocking=True) from "
+    f"the buffer made at {TWIN}.py: staging = torch.zeros(received.shape[1:], dtype=torch.uint8, "
+    'pin_memory=device.type == "cuda")'
+)
+EPSILONS = f"{TWIN}.py: epsilons.copy_(torch.tensor(schedule), non_blocking=True)  # (trick: the iteration's epsilons "
+EPSILONS += "in one copy)"
+UPLOADS = {
+    STEP_UPLOAD: 320,
+    f"from host data at {EPSILONS}": 10,
+    f"non_blocking copy_ at {EPSILONS} from the buffer made at no script line": 10,
+    f"from host data at {TWIN}.py: obs[-1] = torch.as_tensor(np.concatenate([envs.reset()[0] for envs in env_groups]),"
+    " device=device)": 1,
+}
+
+
+def pinned_uploads(flags):
+    """tests/test_gpu_path.py counts the --cudagraphs and --compile --cudagraphs runs."""
+    return UPLOADS
 
 
 def test_host_reads_of_the_twin_are_the_pinned_ones_and_burnin_covers_the_captures(
@@ -377,8 +414,9 @@ def test_host_reads_of_the_twin_are_the_pinned_ones_and_burnin_covers_the_captur
 ):
     """Under the CUDA-graph stand-in: a new read of a tensor to the host (a sync on a GPU) fails here, naming its line.
     And --measure-burnin at its default leaves every warm-up call (compiling, with --compile) and capture out of
-    steps/s: each made to take 1000 s, each env step 0.01 s, steps/s is 2 envs / 0.01 s exactly."""
-    from gpu_standin import host_reads, run_main
+    steps/s: each made to take 1000 s, each env step 0.01 s, steps/s is 2 envs / 0.01 s exactly. Issue 40: and a new
+    copy of host data to the device fails here (the env step went up in two copies)."""
+    from gpu_standin import host_reads, run_main, uploads
     from tensordict.nn import CudaGraphModule
     from test_ppo_atari_envpool import FakeClock
 
@@ -409,9 +447,60 @@ def test_host_reads_of_the_twin_are_the_pinned_ones_and_burnin_covers_the_captur
     monkeypatch.setattr(module, "CudaGraphModule", SlowWarmUps)
     flags = tiny_flags()
     del flags[flags.index("--measure-burnin") : flags.index("--measure-burnin") + 2]
-    with host_reads() as reads:
+    with host_reads() as reads, uploads() as copies:
         line, _ = run_main(module, flags, tmp_path, cudagraphs=True)
     assert line["status"] == "ok" and line["steps"] == 640
     assert dict(reads) == TWIN_HOST_READS
+    assert dict(copies) == UPLOADS
     assert len(slow_calls) == 9  # three graphs, warmup=3 calls each (the last the capture)
     assert line["sps"] == pytest.approx(2 / 0.01)
+
+
+def bound_run(module, flags, monkeypatch, tmp_path):
+    """A run of a twin in this process with every partial() main() makes recorded: (results line, the positional
+    arguments of each partial in the order made, the copies of host data to the device by line)."""
+    from gpu_standin import run_main, uploads
+
+    bound = []
+
+    def recording_partial(fn, *args, **kwargs):
+        bound.append(args)
+        return partial(fn, *args, **kwargs)
+
+    monkeypatch.setattr(module, "partial", recording_partial)
+    with uploads() as copies:
+        line, _ = run_main(module, flags, tmp_path)
+    return line, bound, dict(copies)
+
+
+def assert_views_of_one_storage(obs, env_out, flat_obs, policy_obs):
+    """obs (T + 1, B, 4, 84, 84) and env_out (T + 1, 2, B) are views of one byte buffer of rows (obs bytes, reward,
+    done); the update's flat batch and each policy step's obs are views of it too, live: a write into the storage
+    shows in them (a copy made when main() bound them would hand every update the first rollout's obs)."""
+    rows, envs, obs_bytes = obs.shape[0], obs.shape[1], obs[0, 0].numel()
+    storage = obs.untyped_storage()
+    assert storage.nbytes() == rows * envs * (obs_bytes + 8)
+    for view in (env_out, flat_obs, *policy_obs):
+        assert view._is_view() and view.untyped_storage().data_ptr() == storage.data_ptr()
+    assert flat_obs.shape == ((rows - 1) * envs,) + obs.shape[2:] and flat_obs.data_ptr() == obs.data_ptr()
+    assert env_out.dtype == torch.float32 and env_out.shape == (rows, 2, envs)
+    assert env_out.data_ptr() == obs.data_ptr() + obs_bytes  # env 0's reward follows its obs bytes
+    with torch.no_grad():
+        before = flat_obs[-1].clone()
+        obs[-2, -1] += 1  # the last row of the flat batch: step T - 1, the last env
+        assert torch.equal(flat_obs[-1], before + 1) and torch.equal(policy_obs[-1][-2, -1], before + 1)
+        obs[-2, -1] -= 1
+
+
+@pytest.mark.parametrize("async_envs", [False, True], ids=["sync", "async-envs"])
+def test_a_step_goes_up_in_one_copy_into_views_of_one_storage(mods, async_envs, monkeypatch, tmp_path, twin_settings):
+    """Issue 40 item 1, one pinned upload a step: the obs, reward and done of a (group's) step go to the device in one
+    non_blocking copy from the pinned buffer, straight into the byte storage whose views obs and env_out are; the
+    policy steps, Q(lambda) and the update are bound to views of it."""
+    flags = tiny_flags() + (["--async-envs"] if async_envs else [])
+    line, bound, copies = bound_run(mods[TWIN], flags, monkeypatch, tmp_path)
+    assert line["status"] == "ok" and line["steps"] == 640
+    assert copies == {**UPLOADS, STEP_UPLOAD: 320 * (2 if async_envs else 1)}  # a copy a group a step
+    *policies, (_, obs, env_out, *_), (_, _, flat_obs, *_) = bound
+    assert len(policies) == (2 if async_envs else 1)
+    assert_views_of_one_storage(obs, env_out, flat_obs, [policy[1] for policy in policies])
