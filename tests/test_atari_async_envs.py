@@ -4,6 +4,7 @@ the overlap on; bad values of the flags get one line and exit code 2."""
 
 import importlib
 from collections import defaultdict
+from functools import partial
 
 import numpy as np
 import pytest
@@ -234,3 +235,57 @@ def test_the_fast_configuration_learns_breakout_at_a_cpu_budget(mods, name, tmp_
     first, last = float(np.mean(scores[:100])), float(np.mean(scores[-100:]))
     print(f"{name}: {len(scores)} games, first 100 {first:.2f}, last 100 {last:.2f}, wall {lines[0]['wall_s']:.0f} s")
     assert len(scores) >= 200 and last >= 1.3 * first and last >= first + 0.5
+
+
+def bound_run(module, flags, monkeypatch, tmp_path):
+    """A run of a twin in this process with every partial() main() makes recorded: (results line, the positional
+    arguments of each partial in the order made, the copies of host data to the device by line)."""
+    from gpu_standin import run_main, uploads
+
+    bound = []
+
+    def recording_partial(fn, *args, **kwargs):
+        bound.append(args)
+        return partial(fn, *args, **kwargs)
+
+    monkeypatch.setattr(module, "partial", recording_partial)
+    with uploads() as copies:
+        line, _ = run_main(module, flags, tmp_path)
+    return line, bound, dict(copies)
+
+
+def assert_views_of_one_storage(obs, env_out, flat_obs, policy_obs):
+    """obs (T + 1, B, 4, 84, 84) and env_out (T + 1, 2, B) are views of one byte buffer of rows (obs bytes, reward,
+    done); the update's flat batch and each policy step's obs are views of it too, live: a write into the storage
+    shows in them (a copy made when main() bound them would hand every update the first rollout's obs)."""
+    rows, envs, obs_bytes = obs.shape[0], obs.shape[1], obs[0, 0].numel()
+    storage = obs.untyped_storage()
+    assert storage.nbytes() == rows * envs * (obs_bytes + 8)
+    for view in (env_out, flat_obs, *policy_obs):
+        assert view._is_view() and view.untyped_storage().data_ptr() == storage.data_ptr()
+    assert flat_obs.shape == ((rows - 1) * envs,) + obs.shape[2:] and flat_obs.data_ptr() == obs.data_ptr()
+    assert env_out.dtype == torch.float32 and env_out.shape == (rows, 2, envs)
+    assert env_out.data_ptr() == obs.data_ptr() + obs_bytes  # env 0's reward follows its obs bytes
+    with torch.no_grad():
+        before = flat_obs[-1].clone()
+        obs[-2, -1] += 1  # the last row of the flat batch: step T - 1, the last env
+        assert torch.equal(flat_obs[-1], before + 1) and torch.equal(policy_obs[-1][-2, -1], before + 1)
+        obs[-2, -1] -= 1
+
+
+@pytest.mark.parametrize("async_envs", [False, True], ids=["sync", "async-envs"])
+@pytest.mark.parametrize("name", TWINS)
+def test_a_step_goes_up_in_one_copy_into_views_of_one_storage(mods, name, async_envs, monkeypatch, tmp_path):
+    """Issue 40 item 1, one pinned upload a step: the obs, reward and done of a (group's) step go to the device in one
+    non_blocking copy from the pinned buffer, straight into the byte storage whose views obs and env_out are; the
+    policy steps, the returns (GAE, Q(lambda)) and the update are bound to views of it (the update's flat batch too:
+    not a copy)."""
+    pair_tests = importlib.import_module(f"test_{name.removesuffix('_torchcompile')}")
+    flags = pair_tests.tiny_flags() + (["--async-envs"] if async_envs else [])
+    line, bound, copies = bound_run(mods[name], flags, monkeypatch, tmp_path)
+    assert line["status"] == "ok" and line["steps"] == 640
+    steps = 320 * (2 if async_envs else 1)  # a copy a group a step
+    assert copies == {**pair_tests.UPLOADS, pair_tests.STEP_UPLOAD: steps}
+    *policies, (_, obs, env_out, *_), (_, _, flat_obs, *_) = bound
+    assert len(policies) == (2 if async_envs else 1)
+    assert_views_of_one_storage(obs, env_out, flat_obs, [policy[1] for policy in policies])

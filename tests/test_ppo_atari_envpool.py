@@ -639,22 +639,6 @@ def test_host_reads_of_the_twin_are_the_pinned_ones(mods, cudagraphs, tmp_path, 
     assert dict(copies) == UPLOADS
 
 
-@pytest.mark.parametrize("async_envs", [False, True], ids=["sync", "async-envs"])
-def test_a_step_goes_up_in_one_copy_into_views_of_one_storage(mods, async_envs, monkeypatch, tmp_path, twin_settings):
-    """Issue 40 item 1, one pinned upload a step: the obs, reward and done of a (group's) step go to the device in one
-    non_blocking copy from the pinned buffer, straight into the byte storage whose views obs and env_out are; the
-    policy steps, GAE and the update are bound to views of it (the update's flat batch too: not a copy)."""
-    from test_pqn_atari_envpool import assert_views_of_one_storage, bound_run
-
-    flags = tiny_flags() + (["--async-envs"] if async_envs else [])
-    line, bound, copies = bound_run(mods[TWIN], flags, monkeypatch, tmp_path)
-    assert line["status"] == "ok" and line["steps"] == 640
-    assert copies == {**UPLOADS, STEP_UPLOAD: 320 * (2 if async_envs else 1)}  # a copy a group a step
-    *policies, (_, obs, env_out, *_), (_, _, flat_obs, *_) = bound
-    assert len(policies) == (2 if async_envs else 1)
-    assert_views_of_one_storage(obs, env_out, flat_obs, [policy[1] for policy in policies])
-
-
 def test_step_functions_of_the_twin_run_on_the_meta_device(mods, twin_settings):
     """The policy step, GAE with the bootstrap value, the update and the logged statistics on `meta` tensors: a host
     read raises there ("cannot be called on meta tensors"), and a tensor made without device= lands on the CPU and
