@@ -306,8 +306,8 @@ def _calling_line(root):
 READ_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
 
 
-class _ReadsAtDispatch(TorchDispatchMode):
-    """Counts the host-sync ops that no counted Tensor method made (nonzero, boolean-mask indexing, ...)."""
+class _ScriptOps(TorchDispatchMode):
+    """A dispatch mode that sees the aten ops a script runs, outside the compiler's own: `op` gets each."""
 
     @classmethod
     def ignore_compile_internals(cls):
@@ -316,10 +316,6 @@ class _ReadsAtDispatch(TorchDispatchMode):
     # a nested compile region's invoke_subgraph comes here whole (aot_eager), as on the tape: its graph runs here
     supports_higher_order_operators = True
 
-    def __init__(self, counts, depth, root):
-        super().__init__()
-        self.counts, self.depth, self.root = counts, depth, root
-
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.higher_order.invoke_subgraph:
             subgraph, _identifier, *operands = args
@@ -327,10 +323,21 @@ class _ReadsAtDispatch(TorchDispatchMode):
                 return subgraph(*operands)
         if isinstance(func, torch._ops.HigherOrderOperator):
             return NotImplemented
+        return self.op(func, args, kwargs or {})
+
+
+class _ReadsAtDispatch(_ScriptOps):
+    """Counts the host-sync ops that no counted Tensor method made (nonzero, boolean-mask indexing, ...)."""
+
+    def __init__(self, counts, depth, root):
+        super().__init__()
+        self.counts, self.depth, self.root = counts, depth, root
+
+    def op(self, func, args, kwargs):
         reads = self.depth[0] == 0 and (func in HOST_SYNC_OPS or _masks(func, args))
         if reads and (where := _calling_line(self.root)):
             self.counts[f"{func.__name__.split('.')[0]} at {where}"] += 1
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
 
 
 def _masks(func, args):
@@ -388,27 +395,14 @@ def _script_line(root):
     return None
 
 
-class _Uploads(TorchDispatchMode):
+class _Uploads(_ScriptOps):
     """Counts the script's copies of host data to the device (see uploads())."""
-
-    @classmethod
-    def ignore_compile_internals(cls):
-        return True
-
-    supports_higher_order_operators = True  # a nested compile region's graph runs here, as in _ReadsAtDispatch
 
     def __init__(self, counts, root):
         super().__init__()
         self.counts, self.root, self.made_at = counts, root, {}
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.higher_order.invoke_subgraph:
-            subgraph, _identifier, *operands = args
-            with self:
-                return subgraph(*operands)
-        if isinstance(func, torch._ops.HigherOrderOperator):
-            return NotImplemented
-        kwargs = kwargs or {}
+    def op(self, func, args, kwargs):
         out, aten = func(*args, **kwargs), torch.ops.aten
         if func is aten.lift_fresh.default:  # a tensor of numpy data or Python numbers
             kind = "from host data" if out.dim() else None  # a 0-dim one: CUDA kernels take it as an argument
