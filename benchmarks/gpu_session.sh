@@ -9,8 +9,8 @@
 # --alone: first PPO Atari's twin at 8 envs alone on the machine, after the env's ceiling on the same cores (~1.5 min);
 #   with --rounds the rounds follow in the time left (the slowest pair may then lose its second round), else nothing.
 # --fast: PQN Atari's twin in its fast configuration (time_to_score.py's run: 128 envs, --async-envs, every core)
-#   alone, after envpool's ceiling at 128 envs, profiled (profile.md: env, policy, update, GPU busy); about 2 minutes
-#   (cold compile ~1 min, a 20 s window, 10 profiled iterations); after --alone's run if both are given.
+#   alone, after envpool's ceiling at 128 envs, profiled (profile.md: env, policy, update, GPU busy); not yet timed on
+#   a GPU (a cold compile, a 20 s window, 10 profiled iterations: an estimate of 2-3 minutes); after --alone's run.
 # --dry-run: the same steps on the CPU at tiny budgets (no --compile/--cudagraphs), about 2 minutes (rounds: 40 s a
 #   pair).
 # LeanRL's patched scripts: PEER (default .whl/peers/leanrl, where ../shared/gpu/kit.sh puts them; PEER=none: ours
