@@ -7,9 +7,7 @@ training state a stopped run goes on from (`--resume`), the episode loop of `--e
 `--capture-video` needs.
 """
 
-import copyreg
 import importlib.util
-import io
 import itertools
 import json
 import math
@@ -23,6 +21,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -266,8 +265,10 @@ def save_checkpoint(path, args, **state):
 def load_checkpoint(script, path, *keys):
     """A checkpoint written by save_checkpoint, on the CPU; exit 2 if it is not one of this script's (lacks `keys`)."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = load_data(path)
         missing = [key for key in ("args", *keys) if key not in checkpoint]
+    except DataOnly as err:
+        fail(script, f"--eval-checkpoint {path}: {err}")
     except Exception as err:
         missing = [type(err).__name__]
     if missing:
@@ -291,7 +292,7 @@ def load_checkpoint(script, path, *keys):
 #   reads the script's variables as they are then). What a name may hold: an nn.Module or an optimizer (their
 #   state_dicts), a tensor or a numpy array (restored in place, so views of it, a compiled or captured function's
 #   inputs, stay valid), a dict, tuple or list of these (an empty one: a value the script rebinds), a number, a
-#   gymnasium vector env (its sub-envs pickled, if they pickle, MuJoCo's whole: the episodes under way go on). Two
+#   gymnasium vector env (its sub-envs' state as data, MuJoCo's physics included: the episodes under way go on). Two
 #   names have a meaning: `envs`, the vector env with what belongs to its episodes (the last obs, an LSTM state,
 #   running game scores), restored all together or, where the envs cannot be saved (envpool's games), not at all:
 #   the resumed run then starts new episodes from its own reset; and `replay`, the replay memory with its fill
@@ -318,9 +319,13 @@ def load_checkpoint(script, path, *keys):
 #   before a kill -9, are dropped), and writes one results line at its end that counts the steps, episodes and wall
 #   time of every part, with `resumed`, the number of resumes. steps/s leaves out --measure-burnin iterations again
 #   after a resume (a twin compiles and captures again there). A run already at its total prints one line, exit 0.
+# - A state file is data: tensors, numbers, strings and containers of them, read by torch's weights-only load, the
+#   envs restored by writing values into the envs the resumed run built. A file that holds anything else (a pickled
+#   object or function, which a plain load would call) is refused, exit 2, and nothing in it runs.
 
 STATE_FILE = "state.pt"
-STATE_FORMAT = "leanrl training state 1"
+STATE_FORMAT = "leanrl training state 2"  # data only: loading one runs nothing from the file
+OLD_STATE_FORMAT = "leanrl training state 1"  # its envs were a pickle
 # flags a resumed run may be given with new values: they change neither the algorithm nor a shape (a speed trick, the
 # budget, where and what is written)
 MAY_CHANGE = {
@@ -359,11 +364,16 @@ def read_state(script, path):
             fail(script, f"--resume {given}: the folder holds no {STATE_FILE} (a run writes it when SIGTERM or Ctrl-C "
                  "stops it, with --checkpoint-every-min, or at its end with --save-model)")  # fmt: skip
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        blob = load_data(path, mmap=True)
         ok = isinstance(blob, dict) and blob.get("format") == STATE_FORMAT
+    except DataOnly as err:
+        fail(script, f"--resume {given}: {err}")
     except Exception as err:
         fail(script, f"--resume {given}: the state file is truncated or corrupt ({type(err).__name__}: {err})"
              .splitlines()[0])  # fmt: skip
+    if isinstance(blob, dict) and blob.get("format") == OLD_STATE_FORMAT:
+        fail(script, f"--resume {given} was written by an older leanrl, whose states held the envs as a pickle that "
+             "loading would run: it is not loaded (start the run again)")  # fmt: skip
     if not ok:
         fail(script, f"--resume {given} is not a training state that a leanrl run wrote")
     if blob["script"] != Path(script).name:
@@ -388,44 +398,137 @@ def resume_args(script, args):
 
 
 NOT_SAVED = "leanrl: not saved"
+ENVPOOL_NOT_SAVED = "envpool's envs cannot be saved (their games' state is C++'s)"
 SPEED_OPTIONS = ("capturable", "fused", "foreach")  # an optimizer's, kept from the resumed run's own
 
 
-def _set_vars(obj, state):
-    vars(obj).update(state)
+def load_data(path, **kwargs):
+    """torch.load of a file that holds data only (tensors, numbers, strings, dicts, lists, tuples): a file that holds
+    anything else (a pickled object or function, which a plain load would call) raises DataOnly and nothing of it
+    runs."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+    except pickle.UnpicklingError as err:  # torch's weights-only unpickler refused a global or a call
+        said = str(err).split("WeightsUnpickler error: ", 1)[-1].split(". ")[0].splitlines()[0]
+        raise DataOnly(f"it holds more than data ({said}); it was not loaded and nothing in it ran") from None
 
 
-def _is_local_function(value):
-    name = getattr(value, "__qualname__", "") if callable(value) else ""
-    return "<lambda>" in name or "<locals>" in name
+class DataOnly(Exception):
+    """A file that should hold data only holds objects or code."""
 
 
-def _rebuild_wrapper(wrapper_type, env, kwargs):
-    return wrapper_type(env, **kwargs)
+# The envs' state as data: the attributes of gymnasium's envs, wrappers, vector envs, spaces and running statistics
+# (numbers, strings, arrays, RNG states, MuJoCo's MjData arrays), nested as tagged dicts that a weights-only load
+# takes; what is no data (functions, classes, the MuJoCo model, env makers) is left out, the script builds it again.
+# Restoring writes the values into the envs the resumed run built, in place: nothing is made from the file but numbers.
+BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+_NOT_DATA = object()
 
 
-class WholeEnvPickler(pickle.Pickler):
-    """pickle, with an EzPickle env (gymnasium's MuJoCo ones) pickled whole: EzPickle pickles only its constructor's
-    arguments, so that the env would come back new, its physics (MjData) and RNG lost and its episode not going on.
-    A gymnasium wrapper that holds a lambda (FlattenObservation, ClipAction: they keep no state of their own) is
-    made again from its constructor's arguments around its env, which is pickled as it is."""
+def _walked(value):
+    import gymnasium as gym
+    from gymnasium.wrappers.utils import RunningMeanStd
 
-    def reducer_override(self, obj):
-        import gymnasium as gym
-        from gymnasium.utils import EzPickle
+    return isinstance(value, gym.Env | gym.vector.VectorEnv | gym.spaces.Space | RunningMeanStd)
 
-        if isinstance(obj, EzPickle) and hasattr(obj, "step") and hasattr(obj, "reset"):
-            return copyreg.__newobj__, (type(obj),), dict(vars(obj)), None, None, _set_vars
-        made_again = isinstance(obj, gym.Wrapper) and hasattr(obj, "_saved_kwargs")
-        if made_again and any(_is_local_function(value) for value in vars(obj).values()):
-            kwargs = {key: value for key, value in obj._saved_kwargs.items() if key != "env"}
-            return _rebuild_wrapper, (type(obj), obj.env, kwargs)
-        return NotImplemented
+
+def _type_name(value):
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+def env_data(value, depth=0):
+    """`value` (an env and what it holds) as data; _NOT_DATA where it is none."""
+    if depth > 100:
+        raise ValueError("the envs nest too deep to be saved")
+    if isinstance(value, np.ndarray | np.bool_ | np.number):  # (before float: np.float64 is one)
+        array = np.asarray(value)
+        if array.dtype == object:
+            return _NOT_DATA
+        return {"ndarray" if isinstance(value, np.ndarray) else "scalar": torch.from_numpy(array.copy())}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, np.random.Generator):
+        return {"generator": env_data(value.bit_generator.state)}
+    if type(value).__name__ == "MjData" and type(value).__module__.startswith("mujoco"):
+        arrays = {name: getattr(value, name) for name in dir(value) if not name.startswith("_")}
+        arrays = {name: torch.from_numpy(a.copy()) for name, a in arrays.items() if isinstance(a, np.ndarray)}
+        return {"mjdata": arrays, "time": value.time}
+    if isinstance(value, list | tuple | deque):
+        parts = [env_data(part, depth + 1) for part in value]
+        if any(part is _NOT_DATA for part in parts):
+            return _NOT_DATA
+        kind = "deque" if isinstance(value, deque) else type(value).__name__
+        return {kind: parts, "maxlen": value.maxlen} if kind == "deque" else {kind: parts}
+    if isinstance(value, dict) and all(isinstance(key, str | int) for key in value):
+        parts = {key: env_data(part, depth + 1) for key, part in value.items()}
+        return _NOT_DATA if any(part is _NOT_DATA for part in parts.values()) else {"dict": parts}
+    if isinstance(value, list | tuple) or not _walked(value):
+        return _NOT_DATA
+    parts = {key: env_data(part, depth + 1) for key, part in vars(value).items()}
+    return {"object": _type_name(value), "vars": {key: part for key, part in parts.items() if part is not _NOT_DATA}}
+
+
+def set_env_data(live, saved):
+    """The value to put where `live` is, from `saved` (as env_data wrote it): written into `live` in place where it
+    is an env (or another walked object), an array of the same shape and dtype, an RNG, MjData or a list."""
+    if not isinstance(saved, dict):
+        return saved  # None, a number or a string
+    if "ndarray" in saved or "scalar" in saved:
+        array = (saved.get("ndarray", saved.get("scalar"))).numpy()
+        if "scalar" in saved:
+            return array[()]
+        if isinstance(live, np.ndarray) and live.shape == array.shape and live.dtype == array.dtype:
+            np.copyto(live, array)
+            return live
+        return array.copy()
+    if "generator" in saved:
+        state = set_env_data(None, saved["generator"])
+        if not isinstance(live, np.random.Generator):
+            if state["bit_generator"] not in BIT_GENERATORS:
+                raise ValueError(f"saved an RNG of kind {state['bit_generator']}")
+            live = np.random.Generator(getattr(np.random, state["bit_generator"])())
+        live.bit_generator.state = state
+        return live
+    if "mjdata" in saved:
+        if type(live).__name__ != "MjData":
+            raise ValueError(f"saved MuJoCo's MjData, here {_type_name(live)}")
+        for name, array in saved["mjdata"].items():
+            # the arrays the model sizes; the solver's and the contacts' (sized by this step's contacts) are made
+            # anew by the next mj_step before it reads them
+            own = getattr(live, name, None)
+            if isinstance(own, np.ndarray) and own.shape == tuple(array.shape):
+                np.copyto(own, array.numpy())
+        live.time = saved["time"]
+        return live
+    for kind in ("list", "tuple", "deque"):
+        if kind in saved:
+            items = saved[kind]
+            same = isinstance(live, list | tuple | deque) and len(live) == len(items)
+            parts = [set_env_data(own, part) for own, part in zip(live if same else [None] * len(items), items)]
+            if kind == "list" and isinstance(live, list):  # the vector env's sub-envs: the same list
+                live[:] = parts
+                return live
+            if kind == "deque":
+                return deque(parts, maxlen=saved["maxlen"])
+            return tuple(parts) if kind == "tuple" else parts
+    if "dict" in saved:
+        lives = live if isinstance(live, dict) else {}
+        return {key: set_env_data(lives.get(key), part) for key, part in saved["dict"].items()}
+    if "object" in saved:
+        if live is None or _type_name(live) != saved["object"]:
+            raise ValueError(f"saved {saved['object']}, here {_type_name(live)}")
+        own = vars(live)
+        for key, part in saved["vars"].items():
+            if key not in own:
+                raise ValueError(f"saved {saved['object']}.{key}, which this run's has not")
+            own[key] = set_env_data(own[key], part)
+        return live
+    raise ValueError(f"saved {sorted(saved)}: not the state of an env")
 
 
 def pack(value, name="", save_replay=True):
     """The training state as torch.save writes it (weights_only loads it): state_dicts, tensors (numpy arrays as
-    tensors), numbers, the envs' state pickled into bytes; {NOT_SAVED: why} for a part left out."""
+    tensors), numbers, the envs' state as data (env_data); {NOT_SAVED: why} for a part left out."""
     if name == "replay" and not save_replay:
         return {NOT_SAVED: "--no-save-replay"}
     if isinstance(value, torch.nn.Module | torch.optim.Optimizer):
@@ -442,14 +545,12 @@ def pack(value, name="", save_replay=True):
         parts = [pack(part) for part in value]
         left_out = [part for part in parts if isinstance(part, dict) and NOT_SAVED in part]
         return left_out[0] if left_out else type(value)(parts)  # a group is saved whole or not at all
-    if hasattr(value, "step") and hasattr(value, "reset"):  # a vector env: its sub-envs, without the env makers
-        try:
-            data = io.BytesIO()
-            WholeEnvPickler(data).dump({key: part for key, part in vars(value).items() if key != "env_fns"})
-            data = data.getvalue()
-        except Exception as err:
-            return {NOT_SAVED: f"the envs cannot be saved ({type(err).__name__})"}
-        return {"pickled_envs": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
+    if hasattr(value, "step") and hasattr(value, "reset"):  # a vector env: its sub-envs' state as data
+        if any(kind.__module__.startswith("envpool") for kind in type(value).__mro__):
+            return {NOT_SAVED: ENVPOOL_NOT_SAVED}
+        if not _walked(value):
+            return {NOT_SAVED: f"the envs cannot be saved ({type(value).__name__} is no gymnasium env)"}
+        return {"env_data": env_data(value)}
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise TypeError(f"the training state cannot hold {name or 'a part'} of type {type(value).__name__}")
@@ -491,11 +592,10 @@ def unpack(live, saved):
         return live
     if isinstance(live, tuple | list) and isinstance(saved, tuple | list) and len(live) == len(saved) > 0:
         return type(live)(unpack(a, b) for a, b in zip(live, saved))
-    if isinstance(saved, dict) and "pickled_envs" in saved:
-        for env in getattr(live, "envs", []):
-            env.close()
-        vars(live).update(pickle.loads(saved["pickled_envs"].numpy().tobytes()))
-        return live
+    if hasattr(live, "step") and hasattr(live, "reset"):  # a vector env: restored from data alone
+        if not (isinstance(saved, dict) and "env_data" in saved):
+            raise ValueError(f"saved {sorted(saved) if isinstance(saved, dict) else type(saved).__name__}, not envs")
+        return set_env_data(live, saved["env_data"])
     return saved  # a value the script rebinds (a step count, the last losses)
 
 

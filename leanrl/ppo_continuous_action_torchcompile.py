@@ -99,10 +99,6 @@ class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay mem
     """the number of iterations (computed in runtime)"""
 
 
-def clip_at_10(x):  # CleanRL's clip of the normalised obs and rewards: a function pickles (--resume), a lambda not
-    return np.clip(x, -10, 10)
-
-
 def make_env(env_id, gamma, video_dir=None):
     """CleanRL's wrapper stack (RecordEpisodeStatistics inside the normalisation: raw rewards); films in video_dir."""
 
@@ -116,9 +112,9 @@ def make_env(env_id, gamma, video_dir=None):
         env = gym.wrappers.NormalizeObservation(env)
         # gymnasium 1.x wants the space of the transformed observations
         clipped = gym.spaces.Box(-10.0, 10.0, env.observation_space.shape, np.float32)
-        env = gym.wrappers.TransformObservation(env, clip_at_10, clipped)
+        env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), clipped)
         env = gym.wrappers.NormalizeReward(env, gamma=gamma)
-        env = gym.wrappers.TransformReward(env, clip_at_10)
+        env = gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
         return env
 
     return thunk

@@ -6,7 +6,6 @@ leaves the previous state whole; --checkpoint-every-min and --no-save-replay; ba
 import copy
 import csv
 import os
-import pickle
 import shutil
 import signal
 import subprocess
@@ -139,23 +138,20 @@ def assert_same_ends(name, whole_dir, run_dir):
         assert states[0]["run"][key] == states[1]["run"][key], key
 
 
-# RecordEpisodeStatistics' wall-clock times of the episodes (no script reads them); the sub-envs' RNGs are compared as
-# their bit generators' states
-WALL_CLOCK = ("episode_start_time", "time_queue", "_np_random", "np_random")
+# RecordEpisodeStatistics' wall-clock times of the episodes (no script reads them)
+WALL_CLOCK = ("episode_start_time", "time_queue")
 
 
 def assert_same(a, b, where="state"):
     """Exactly the same: every tensor (dtype, shape, values), number and RNG state, recursively."""
-    if isinstance(a, dict) and "pickled_envs" in a:  # the sub-envs: their dynamics, RNG, step and episode counters
-        a, b = (pickle.loads(part["pickled_envs"].numpy().tobytes())["envs"] for part in (a, b))
-        a, b = (
-            [[vars(e.unwrapped), e.unwrapped.np_random.bit_generator.state, vars(e)] for e in envs] for envs in (a, b)
-        )
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, where
         assert torch.equal(a, b), where
     elif isinstance(a, dict):
         a, b = ({key: value for key, value in d.items() if key not in WALL_CLOCK} for d in (a, b))
+        if str(a.get("object")).startswith("gymnasium.spaces.") and "vars" in a and "vars" in b:  # a saved space
+            # its RNG: seeded from the OS where nothing seeds it (a sub-env's spaces), and drawn from by no script
+            a, b = (dict(d, vars={k: v for k, v in d["vars"].items() if k != "_np_random"}) for d in (a, b))
         assert set(a) == set(b), (where, set(a) ^ set(b))
         for key in a:
             assert_same(a[key], b[key], f"{where}.{key}")
@@ -204,7 +200,7 @@ def test_the_state_loads_in_a_fresh_process_as_it_was_written(stopped, tmp_path)
     restored = torch.load(out, weights_only=False)
     assert at_write["parts"]["global_step"] == K and at_write["run"]["iterations"] == K
     assert len(at_write["run"]["returns"]) > 5 and at_write["parts"]["optimizer"]["state"], "nothing to compare"
-    assert "pickled_envs" in at_write["parts"]["envs"][0] and at_write["parts"]["replay"][1] == K, "left out"
+    assert "env_data" in at_write["parts"]["envs"][0] and at_write["parts"]["replay"][1] == K, "left out"
     assert_same(at_write, restored)
 
 

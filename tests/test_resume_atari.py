@@ -43,7 +43,7 @@ NAMES = {  # what each script's training state holds
     PQN: {"q_network", "optimizer", "global_step", "envs"},
 }
 NAMES[DQN_TWIN], NAMES[PQN_TWIN] = NAMES[DQN], NAMES[PQN]
-NEW_GAMES = "envs not saved, the envs cannot be saved (TypeError): a resumed run starts new episodes"
+NEW_GAMES = f"envs not saved, {bk.ENVPOOL_NOT_SAVED}: a resumed run starts new episodes"
 
 
 def main(name, flags, folder, cudagraphs=False):
@@ -143,7 +143,7 @@ def test_the_state_loads_in_a_fresh_process_as_it_was_written(name, stopped, fre
     run_dir, at_write, printed = stopped[name]
     restored = fresh[name]
     parts = at_write["parts"]
-    assert set(parts) == NAMES[name] and parts["envs"] == {bk.NOT_SAVED: "the envs cannot be saved (TypeError)"}
+    assert set(parts) == NAMES[name] and parts["envs"] == {bk.NOT_SAVED: bk.ENVPOOL_NOT_SAVED}
     assert parts["global_step"] == K[name] and at_write["run"]["steps"] == K[name] and parts["optimizer"]["state"]
     assert NEW_GAMES in printed
     *reset_obs, scores = restored["games"]
@@ -212,7 +212,7 @@ def test_two_resumes_of_one_state_give_the_same_numbers(name, stopped, tmp_path,
         assert line["status"] == "ok" and line["resumed"] == 1 and line["run_name"] == run_dir.name, line
         assert line["steps"] == TOTAL[name] and line["episodes"] > len(at_write["run"]["returns"]) > 0
         out = capsys.readouterr().out
-        assert "resumed without its envs (the envs cannot be saved (TypeError)): it starts new episodes" in out
+        assert f"resumed without its envs ({bk.ENVPOOL_NOT_SAVED}): it starts new episodes" in out
     assert curve(dirs[0])[: len(at_write["run"]["returns"])] == curve(run_dir)
     assert_same_runs(name, lines, dirs)
 

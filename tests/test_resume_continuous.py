@@ -4,7 +4,6 @@ temperature and its optimizer, the replay memory, the MuJoCo envs' physics and R
 resumed gives exactly the numbers of the run never stopped; the twin's capture stand-in resumed equals the twin
 resumed uncaptured. The helpers are test_resume.py's (the DQN pair's)."""
 
-import pickle
 from unittest import mock
 
 import pytest
@@ -33,25 +32,16 @@ def main(name, flags, folder, cudagraphs=False):
     )
 
 
-def physics(packed):
-    """The packed envs as what can be compared: each sub-env's MuJoCo state (qpos, qvel, time, warm start), its RNG and
-    its wrappers' counters (the episode's step and return), the wall-clock times left out."""
-    envs = pickle.loads(packed["pickled_envs"].numpy().tobytes())["envs"]
-    views = []
-    for env in envs:
-        data, layers = env.unwrapped.data, []
-        while hasattr(env, "env"):
-            layers.append({k: v for k, v in vars(env).items() if k not in ("env", "episode_start_time", "time_queue")})
-            env = env.env
-        state = [data.qpos, data.qvel, data.act, data.qacc_warmstart, data.time]
-        views.append([[torch.tensor(x) for x in state], env.np_random.bit_generator.state, layers])
-    return views
+# what the next step reads of a MuJoCo env's MjData: the state it integrates (time, positions, velocities, actuators,
+# controls, the solver's warm start) and the body positions and contact forces the envs read before and after it
+PHYSICS = ("qpos", "qvel", "act", "ctrl", "qacc_warmstart", "xpos", "cfrc_ext")
 
 
 def comparable(state):
-    """state with each packed vector env replaced by physics()."""
-    if isinstance(state, dict) and "pickled_envs" in state:
-        return physics(state)
+    """state with each MuJoCo env's MjData as PHYSICS and its time (the solver's scratch arrays, sized by the last
+    step's contacts, left out: the next step makes them anew)."""
+    if isinstance(state, dict) and "mjdata" in state:
+        return [state["time"], *(state["mjdata"][name] for name in PHYSICS)]
     if isinstance(state, dict):
         return {key: comparable(value) for key, value in state.items()}
     if isinstance(state, list | tuple):
@@ -96,7 +86,7 @@ def test_the_state_comes_back_exactly(name, stopped, tmp_path):
     run_dir, at_write = stopped[name]
     parts = at_write["parts"]
     assert parts["global_step"] == K and at_write["run"]["iterations"] == K and len(at_write["run"]["returns"]) > 10
-    assert "pickled_envs" in parts["envs"][0], "the MuJoCo envs were left out"
+    assert "env_data" in parts["envs"][0], "the MuJoCo envs were left out"
     replay, count = parts["replay"]
     assert int(count) == K and replay["obs"].abs().sum() > 0, "the replay memory was left out"
     optimizers = [parts[key] for key in parts if key.endswith("optimizer")]

@@ -5,8 +5,6 @@ the last obs and done flags); a run stopped and resumed gives exactly the number
 capture stand-in resumed equals the twin resumed uncaptured. The helpers are test_resume.py's and
 test_resume_continuous.py's."""
 
-import pickle
-
 import pytest
 import torch
 from conftest import load_script
@@ -29,17 +27,25 @@ def main(name, flags, folder, cudagraphs=False):
     )
 
 
+def as_tensor(saved):
+    """A saved array, numpy scalar or number as a tensor."""
+    return saved.get("ndarray", saved.get("scalar")) if isinstance(saved, dict) else torch.tensor(saved)
+
+
 def normalisers(packed_envs):
-    """Each sub-env's running obs and reward statistics (mean, var, count), as plain tensors."""
-    envs = pickle.loads(packed_envs["pickled_envs"].numpy().tobytes())["envs"]
+    """Each sub-env's running obs and reward statistics (mean, var, count) in the saved envs, as tensors."""
     stats = []
-    for env in envs:
-        while hasattr(env, "env"):
+
+    def walk(data):
+        if isinstance(data, dict) and "object" in data:
             for name in ("obs_rms", "return_rms"):
-                if name in vars(env):
-                    rms = vars(env)[name]
-                    stats.append([torch.as_tensor(rms.mean), torch.as_tensor(rms.var), torch.tensor(rms.count)])
-            env = env.env
+                if name in data["vars"]:
+                    rms = data["vars"][name]["vars"]
+                    stats.append([as_tensor(rms["mean"]), as_tensor(rms["var"]), as_tensor(rms["count"])])
+        for part in data.values() if isinstance(data, dict) else data if isinstance(data, list | tuple) else ():
+            walk(part)
+
+    walk(packed_envs["env_data"])
     return stats
 
 
@@ -56,7 +62,7 @@ def test_the_state_comes_back_exactly(name, stopped, tmp_path):
     run_dir, at_write = stopped[name]
     parts = at_write["parts"]
     assert parts["global_step"] == K and at_write["run"]["iterations"] == 3 and len(at_write["run"]["returns"]) > 10
-    assert "pickled_envs" in parts["envs"][0], "the envs were left out: their normalisation would start again"
+    assert "env_data" in parts["envs"][0], "the envs were left out: their normalisation would start again"
     stats = normalisers(parts["envs"][0])
     assert len(stats) == 4 and all(count > K / 4 for _, _, count in stats), "no normalisation statistics saved"
     restored = state_at_the_loop(name, run_dir, tmp_path, main)

@@ -63,7 +63,7 @@ def test_a_run_stopped_by_sigterm_and_resumed_gives_the_numbers_of_the_run_never
     state = torch.load(run_dir / bk.STATE_FILE, weights_only=True)["state"]
     assert state["global_step"] == K[name] and state["optimizer"] and state["q_network"], "nothing to compare"
     envs = state["envs"] if name == DEVICE else state["envs"][0]  # the tensor env, or the pickled sub-envs
-    assert set(envs) == ({"state", "elapsed", "done", "length", "return"} if name == DEVICE else {"pickled_envs"})
+    assert set(envs) == ({"state", "elapsed", "done", "length", "return"} if name == DEVICE else {"env_data"})
     last = main(name, ["--resume", str(run_dir)], folder)[-1]
     assert last["status"] == "ok" and last["resumed"] == 1 and last["run_name"] == run_dir.name, last
     for key in ("steps", "episodes", "mean_return", "losses", "epsilon"):
