@@ -70,6 +70,7 @@ THIRD_FILES = {"pqn_device_env.py": "pqn_torchcompile.py"}
 
 # the README's column for each pair (a script not listed here gets its file name)
 LABELS = {
+    "ppo": "PPO",
     "ppo_atari_envpool": "PPO Atari",
     "ppo_continuous_action": "PPO MuJoCo",
     "sac_continuous_action": "SAC",
