@@ -20,8 +20,9 @@
 # Fast configurations: the PQN and PPO Atari twins' FAST_FLAGS (flags only; their --help and docs/usage.md show
 # them). The runs here keep CleanRL's defaults (the eager scripts lack --async-envs and --env-threads, so --extra
 # cannot carry them); benchmarks/time_to_score.sh runs a twin in its fast configuration to CleanRL's score.
-# Pairs: ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action
-#        r2d2_atari_envpool pqn pqn_atari_envpool; and ppo_atari_envpool_distributed (speed only, several GPUs).
+# Pairs: ppo ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action
+#        td3_continuous_action r2d2_atari_envpool pqn pqn_atari_envpool; and ppo_atari_envpool_distributed (speed
+#        only, several GPUs).
 # Speed variants per pair: the eager script, then the twin with no flag, --compile, --cudagraphs, both; on a machine
 # with several GPUs, the distributed PPO Atari at 1, 2 and all of them. A failed run is recorded and the table goes on.
 # Output, all in DIR: results.jsonl, the run folders, command.txt, and from plots/plot.py speed.md (--learning:
@@ -30,7 +31,7 @@
 # already measured: python3 plots/plot.py --results DIR/results.jsonl [--learning [--part NAME]] --publish (--part: a
 # returns table of its own beside the main one)
 # --learning budgets on a CPU: CleanRL's full budgets where a CPU finishes them, ppo_continuous_action HalfCheetah-v4
-# 1M steps (an hour for its 6 runs on a 2-core CPU), dqn and pqn CartPole-v1 500k (dqn: about 15 minutes); the others at
+# 1M steps (an hour for its 6 runs on a 2-core CPU), ppo/dqn/pqn CartPole-v1 500k (dqn: about 15 minutes); the others at
 # the longest budget whose 6 runs fit about an hour on a 2-core CPU (estimated from the --quick table's steps/s):
 # ppo_atari_envpool and pqn_atari_envpool Breakout-v5 130k, sac_continuous_action HalfCheetah-v4 45k,
 # td3_continuous_action HalfCheetah-v4 80k, dqn_atari_envpool Breakout-v5 50k (learning from 10k, replay of 100k),
@@ -39,7 +40,7 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 
-PAIRS="ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action"
+PAIRS="ppo ppo_atari_envpool ppo_continuous_action dqn dqn_atari_envpool sac_continuous_action td3_continuous_action"
 PAIRS="$PAIRS r2d2_atari_envpool"
 PAIRS="$PAIRS pqn pqn_atari_envpool"
 DISTRIBUTED=ppo_atari_envpool_distributed
@@ -133,6 +134,8 @@ budget() {
   fi
   [ "$kind" != learning ] || [ "$has_cuda" = 0 ] || kind=learning-cuda
   case "$1:$kind" in
+    ppo:quick) echo "--total-timesteps 30720 --measure-burnin 10" ;;
+    ppo:speed | ppo:learning*) echo "--total-timesteps 500000" ;;
     ppo_atari_envpool:quick) echo "--total-timesteps 3072 --measure-burnin 1" ;;
     ppo_atari_envpool:speed) echo "--total-timesteps 500000" ;;
     ppo_atari_envpool:learning) echo "--total-timesteps 130000" ;;

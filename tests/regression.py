@@ -43,6 +43,8 @@ def golden_numbers(cpu=None):
 
 PPO_ATARI = ("--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2")
 PPO_ATARI += ("--total-timesteps", "640", "--measure-burnin", "1")
+# CartPole-v1's 4 envs x 16 steps, 7 iterations, 2 epochs of 2 minibatches of 32 (PPO continuous's shape)
+PPO = ("--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "448")
 PPO_CONT = ("--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "2")
 PPO_CONT += ("--total-timesteps", "448")
 DQN = ("--learning-starts", "200", "--total-timesteps", "1000", "--train-frequency", "10")
@@ -66,6 +68,7 @@ DIST = ("--local-num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", 
 DIST += ("--total-timesteps", "64", "--measure-burnin", "1")
 
 PAIRS = {
+    "ppo": PPO,
     "ppo_atari_envpool": PPO_ATARI,
     "ppo_continuous_action": PPO_CONT,
     "dqn": DQN,
@@ -82,6 +85,7 @@ PAIRS = {
 # PQN: one rollout and its update epochs; SAC and TD3: the first two gradient steps, the second one the actor's; DQN
 # and R2D2: the first gradient step)
 FIRST = {
+    "ppo": "64",
     "ppo_atari_envpool": "64",
     "ppo_continuous_action": "64",
     "dqn": "211",

@@ -15,6 +15,7 @@ TWINS = [f"{pair}_torchcompile" for pair in PAIRS]
 # bytes copied into a captured function per call, at the tiny settings of tests/regression.py: observations and
 # indices only (replay buffers and frame stores are bound in, never inputs)
 MAX_BYTES_IN = {
+    "ppo_torchcompile": 32 * 8,  # the update's 32 int64 minibatch indices (policy step 8, GAE 0)
     "ppo_atari_envpool_torchcompile": 32 * 8,  # the update's minibatch indices (32 int64); the policy step's: 8 bytes
     "ppo_continuous_action_torchcompile": 32 * 8,  # the update's 32 int64 minibatch indices (policy step 8, GAE 0)
     "dqn_torchcompile": 20,  # the policy step: one env's obs 16, epsilon 4 (the update: count 8)

@@ -41,6 +41,12 @@ from leanrl.bookkeeping import cpu_name
 # --q-lr), TD3's by 15% (test_a_changed_algorithm_fails_across_machines).
 FIRST_RTOL_CONV = 5.7e-3
 FIRST_RTOL_MLP = 3.5e-4
+# PPO on CartPole (ppo.py, its twin): the first update's policy loss is about 9e-5, a mean of normalised advantages
+# times ratios within 1e-3 of 1 that nearly cancels, so rounding moves it relatively more: measured the same way,
+# at most 1.44e-3 (eager, MKL_CBWR=COMPATIBLE; ATEN_CPU_CAPABILITY=default 1.26e-3; the twin's 2.5e-4); 10x that. A
+# learning rate 10% higher moves it by 10% and approx_kl by 21% (test_a_changed_algorithm_fails_across_machines)
+FIRST_RTOL_PPO_CARTPOLE = 1.5e-2
+PPO_CARTPOLE_CASES = {"ppo", "ppo_torchcompile", "ppo_torchcompile --compile"}
 
 
 def same(got, want, path="run"):
@@ -66,6 +72,7 @@ def same_across_machines(case, run, first):
     want = json.loads(FIRST_GOLDEN.read_text())[case]
     assert invariants(first) == invariants(want), f"{case}: first update"
     rtol = FIRST_RTOL_CONV if case in CONV_CASES else FIRST_RTOL_MLP
+    rtol = FIRST_RTOL_PPO_CARTPOLE if case in PPO_CARTPOLE_CASES else rtol
     for key, value in want["losses"].items():
         assert first["losses"][key] == pytest.approx(value, rel=rtol, abs=0), f"{case}: first update's {key}"
 
@@ -135,6 +142,7 @@ def test_other_float_kernels_pass_across_machines(case, path, runs):
 
 # a changed algorithm: a learning rate 10% higher than the script's default
 CHANGES = [("ppo_atari_envpool", ("--learning-rate", "2.75e-4")), ("sac_continuous_action", ("--q-lr", "1.1e-3"))]
+CHANGES += [("ppo", ("--learning-rate", "2.75e-4"))]  # at PPO on CartPole's wider tolerance
 
 
 @pytest.mark.parametrize("case,change", CHANGES, ids=[f"{case} {' '.join(change)}" for case, change in CHANGES])

@@ -18,6 +18,7 @@ from conftest import ROOT, load_script
 plot = load_script("plots/plot.py")
 
 PAIRS = [
+    "ppo",
     "ppo_atari_envpool",
     "ppo_continuous_action",
     "dqn",
@@ -437,6 +438,7 @@ def test_published_returns_are_in_the_repository_with_their_source():
     published = plot.read_published()
     assert published[("ppo_continuous_action", "HalfCheetah-v4")] == [(1_000_000, "1442", "46")]
     assert published[("dqn", "CartPole-v1")] == [(500_000, "488.7", "16.1")]
+    assert published[("ppo", "CartPole-v1")] == [(500_000, "488.75", "18.40")]  # the anchors' ppo.py section
     assert published[("pqn", "CartPole-v1")] == [(500_000, "495.13", "6.89")]  # CleanRL's PQN page
     assert published[("pqn_atari_envpool", "Breakout-v5")] == [(10_000_000, "384.85", "12.39")]  # the same page
     assert {script for script, _ in published} <= set(PAIRS)
@@ -452,7 +454,12 @@ def test_published_returns_match_the_anchors_file():
         script, env, n, unit, mean, std = match.groups()
         anchors[(script, env, int(n) * (10**6 if unit == "M" else 10**3))] = (mean, std)
     copied = [(key, steps, mean, std) for key, rows in plot.read_published().items() for steps, mean, std in rows]
-    assert len(copied) == 8
+    assert len(copied) == 9
+    # CleanRL's ppo.py has a section of its own there: a row per env, ppo.py's figure first
+    section = path.read_text().split("## CleanRL `ppo.py`")[1].split("\n## ")[0]
+    for match in re.finditer(r"^\| ([\w-]+) \| ([\d.-]+) ± ([\d.]+) \|", section, re.M):
+        anchors[("ppo", match[1], 500_000)] = (match[2], match[3])
+    assert anchors[("ppo", "CartPole-v1", 500_000)] == ("488.75", "18.40")
     for (script, env), steps, mean, std in copied:
         if script.startswith("pqn"):  # from CleanRL's PQN page, which the anchors file lacks (the csv says so)
             continue

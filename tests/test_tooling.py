@@ -422,6 +422,7 @@ def test_summary_line_pattern():
 # SPEC/issue 15: an eager script at most 1.3x its CleanRL counterpart (R2D2, which CleanRL lacks: 650), its first
 # network before line 150, and the twin's diff against it no larger than it was before the rewrite (changed lines)
 EAGER_MAX_LINES = {
+    "ppo": 405,  # CleanRL's ppo.py: 312 lines
     "ppo_atari_envpool": 450,
     "ppo_continuous_action": 460,
     "sac_continuous_action": 420,
@@ -433,6 +434,7 @@ EAGER_MAX_LINES = {
     "pqn_atari_envpool": 378,  # CleanRL's pqn_atari_envpool.py: 291 lines
 }
 TWIN_MAX_DIFF = {  # changed lines (difflib, no context) at 0efbb5a, the commit before the rewrite
+    "ppo": 263,  # at its first commit (issue 49): PPO continuous's tricks on CleanRL's ppo.py
     "ppo_atari_envpool": 277,  # 204, then --env-threads, --async-envs and FAST_FLAGS (issue 40)
     "ppo_continuous_action": 264,  # 224, then the one-graph update with Adam as tensor ops, SAC's and TD3's (issue 28),
     # then the training state's T + 1 storage row (issue 41)
