@@ -10,7 +10,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 TINY = {
     "dqn": ["--learning-starts", "200", "--total-timesteps", "1000", "--train-frequency", "10"],
     "pqn": ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "1280"],
+    "ppo": ["--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "640"],
 }
+LOSS = {"dqn": "losses/td_loss", "pqn": "losses/td_loss", "ppo": "losses/value_loss"}  # one the script must log
 
 
 def events(run_dir):
@@ -21,7 +23,7 @@ def events(run_dir):
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-@pytest.mark.parametrize("name", ["dqn", "pqn"])
+@pytest.mark.parametrize("name", ["dqn", "pqn", "ppo"])
 def test_the_event_file_holds_the_return_curve_and_the_results_lines_losses(name, tmp_path):
     proc, _ = run_script(name, *TINY[name], tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -36,7 +38,7 @@ def test_the_event_file_holds_the_return_curve_and_the_results_lines_losses(name
     for loss, value in line["losses"].items():
         if f"losses/{loss}" in logged:
             assert logged[f"losses/{loss}"][-1][1] == np.float32(value), loss
-    assert "losses/td_loss" in logged
+    assert LOSS[name] in logged
     sps = logged["charts/SPS"]
     assert sps and [step for step, _ in sps] == sorted(step for step, _ in sps) and all(v > 0 for _, v in sps[1:])
 

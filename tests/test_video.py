@@ -1,4 +1,4 @@
-"""--capture-video (CleanRL's flag) in the eight gymnasium scripts: what it needs is checked before training (one
+"""--capture-video (CleanRL's flag) in the ten gymnasium scripts: what it needs is checked before training (one
 line, exit 2), env 0 and only env 0 films its episodes into the run folder's videos/, and the envpool scripts' --help
 says why they have no such flag. No test renders a frame: moviepy, pygame and a GL backend are not test
 dependencies."""
@@ -18,6 +18,7 @@ from leanrl import bookkeeping as bk
 
 # each pair's cheapest env of its family, for make_envs
 GYM_SCRIPTS = {
+    "ppo": "CartPole-v1",
     "dqn": "CartPole-v1",
     "ppo_continuous_action": "InvertedPendulum-v4",
     "sac_continuous_action": "InvertedPendulum-v4",
@@ -38,8 +39,8 @@ def env_of(name):
 
 
 def make_envs(name, num_envs, video_dir=None):
-    """The script's own make_envs (PPO's also takes gamma)."""
-    extra = (0.99,) if name.startswith("ppo") else ()
+    """The script's own make_envs (PPO continuous's also takes gamma)."""
+    extra = (0.99,) if "gamma" in SIGNATURES[name].parameters else ()
     return MODULES[name].make_envs(env_of(name), *extra, num_envs, video_dir)
 
 
