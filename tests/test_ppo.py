@@ -497,6 +497,7 @@ BAD_INPUTS = [
     (["--env-id", "NoSuchEnv-v0"], "--env-id"),
     (["--env-id", "Pendulum-v1"], "--env-id"),  # continuous actions
     (["--env-id", "Breakout-v5"], "--env-id"),  # an Atari (image) id
+    (["--env-id", "ALE/Breakout-v5"], "--env-id"),
     (["--env-id", "FrozenLake-v1"], "--env-id"),  # no vector observations
     (["--total-timesteps", "500"], "--total-timesteps"),  # below one iteration of 4 x 128 steps
     (["--num-steps", "0"], "--num-steps"),
@@ -521,7 +522,7 @@ def test_bad_input_exits_2_with_one_line(args, flag, tmp_path):
     check_bad_input(EAGER, args, flag, tmp_path)
 
 
-@pytest.mark.parametrize("args,flag", [(["--cudagraphs"], "--cudagraphs"), BAD_INPUTS[2], BAD_INPUTS[4]])
+@pytest.mark.parametrize("args,flag", [(["--cudagraphs"], "--cudagraphs"), BAD_INPUTS[2], BAD_INPUTS[5]])
 def test_twin_bad_input_exits_2_with_one_line(args, flag, tmp_path):
     check_bad_input(TWIN, args, flag, tmp_path)
 
