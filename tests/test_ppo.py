@@ -601,3 +601,14 @@ def test_learns_cartpole_in_50k_steps(name, tmp_path):
     line, returns = learn(name, [], 50000, 1, tmp_path)
     assert line["steps"] == 49664 and len(returns) == line["episodes"] >= 100
     assert line["mean_return"] >= 120, line["mean_return"]
+
+
+@pytest.mark.slow
+def test_twin_compiled_reaches_cleanrls_score_at_500k_steps(tmp_path):
+    """CleanRL's full budget (CleanRL publishes 488.75 ± 18.40). Measured by `./run.sh --learning --only ppo` on a
+    2-core AMD EPYC (torch 2.13.0+cpu, shared with other work): mean of the last 100 episodes 477-490 (twin --compile,
+    seeds 1-3; seed 1: 486.6) and 473-500 (eager); the bar, 450, leaves room for another CPU's rounding to change the
+    run. One run took 75-132 s there."""
+    line, _ = learn(TWIN, ["--compile"], 500000, 1, tmp_path)
+    assert line["steps"] == 499712
+    assert line["mean_return"] >= 450, line["mean_return"]
