@@ -1,0 +1,475 @@
+"""The GPU check: captured graphs draw fresh random numbers, and every twin learns with --compile --cudagraphs.
+
+    python benchmarks/gpu_check.py [--dry-run] [--only NAME,...] OUT      (benchmarks/gpu_check.sh OUT on a GPU)
+
+For each entry of TWINS, one process runs the script's own main() with `--compile --cudagraphs` (on CUDA: inductor's
+kernels, tensordict's CudaGraphModule) and keeps every CudaGraphModule the script made. Then:
+
+(a) draws. Each captured function that draws random numbers (action noise, replay indices, exploration coins) is
+    called again many times from one state: the inputs of its first call after the capture, and every tensor it
+    writes (networks, optimizer, buffers, env) put back to its values before each call. The function's outputs, and
+    a sum of each tensor it wrote, then depend on nothing but its draws. The same is done with the function run
+    eagerly (torch.compiler.set_stance("force_eager"): the script's function, aten's random ops). The captured
+    replays pass when (1) consecutive replays differ as often as eager calls do (a frozen draw repeats every
+    time) and (2) every output that varies is distributed as eager's: a two-sample Kolmogorov-Smirnov test for
+    floats, a chi-square test for integers (actions), p >= 1e-4. Nothing of the scripts' math is changed.
+(b) learning. The same run is the learning check of the script's CPU tests, at that check's budget: the bar (a
+    mean of the last episodic returns) is judged on its returns.csv.
+
+Entries without a CPU learning check (the Atari twins) run a short budget for (a) only. OUT gets one folder per
+entry (results line, run folder, report.json), gpu_check.jsonl (one line per entry) and gpu_check.md.
+
+--dry-run: the same code on the CPU through the capture stand-in of tests/gpu_standin.py (tiny budgets, --compile on
+the aot_eager backend; bars not judged). --freeze-draws (with --dry-run): the stand-in replays every random op with
+the values drawn at the capture, a planted fault that (a) must fail (tests/test_gpu_check.py).
+"""
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Twin:
+    """One script in the check: a line each (the learning check's flags, budget and bars are its CPU test's)."""
+
+    script: str  # leanrl/<script>.py, run with --compile --cudagraphs
+    draws: tuple  # the captured functions (by name) that must draw: each one is checked
+    learn: tuple = ()  # the flags of the CPU learning check (budget included); () for no learning check
+    bars: tuple = ()  # ((window, minimum), ...): the mean of the last `window` episodic returns >= minimum
+    check: str = ""  # the CPU test that holds these flags and bars
+    short: tuple = ()  # without a learning check: the flags of a short run on the GPU
+    dry: tuple | None = None  # the CPU dry run's flags; None: tests/regression.py's flags for the pair
+    env: dict = field(default_factory=dict)
+
+
+INV = ("--env-id", "InvertedPendulum-v4", "--seed", "1")
+R2D2_CARTPOLE = ("--env-id", "CartPole-v1", "--mask-velocity", "--num-envs", "8", "--hidden-size", "64")
+R2D2_CARTPOLE += ("--burn-in", "8", "--seq-len", "16", "--overlap", "8", "--batch-size", "32", "--train-frequency", "16")
+R2D2_CARTPOLE += ("--learning-rate", "1e-3", "--gamma", "0.99", "--target-network-frequency", "200")
+R2D2_CARTPOLE += ("--buffer-size", "40000", "--learning-starts", "2000", "--measure-burnin", "1")
+ATARI_SHORT = ("--total-timesteps", "2048", "--measure-burnin", "1")
+DEVICE_ENV_DRY = ("--num-envs", "64", "--num-steps", "16", "--total-timesteps", "4096", "--update-epochs", "2")
+DEVICE_ENV_DRY += ("--num-minibatches", "4")
+
+# fmt: off
+TWINS = [
+    Twin("sac_continuous_action_torchcompile", ("act", "train_step"),
+         (*INV, "--learning-starts", "500", "--total-timesteps", "4000", "--batch-size", "64"), ((10, 40),),
+         "tests/test_sac_continuous_action.py::test_learns_inverted_pendulum_in_4k_steps"),
+    Twin("td3_continuous_action_torchcompile", ("act", "train_step"),
+         (*INV, "--learning-starts", "500", "--total-timesteps", "4000", "--batch-size", "64"), ((10, 40),),
+         "tests/test_td3_continuous_action.py::test_learns_inverted_pendulum_in_4k_steps"),
+    Twin("ppo_continuous_action_torchcompile", ("policy",),
+         (*INV, "--total-timesteps", "20480", "--num-steps", "512", "--num-minibatches", "8"), ((100, 100), (10, 200)),
+         "tests/test_ppo_continuous_action.py::test_learns_inverted_pendulum_in_20k_steps"),
+    Twin("dqn_torchcompile", ("device_epsilon_greedy", "train_step"),
+         ("--total-timesteps", "20000", "--seed", "1", "--learning-starts", "1000"), ((100, 60),),
+         "tests/test_dqn.py::test_learns_cartpole_in_20k_steps"),
+    Twin("pqn_torchcompile", ("policy",), ("--total-timesteps", "51200", "--seed", "1"), ((100, 35),),
+         "tests/test_pqn.py::test_learns_cartpole_in_51k_steps"),
+    Twin("r2d2_atari_envpool_torchcompile", ("policy", "sample_and_update"),
+         (*R2D2_CARTPOLE, "--total-timesteps", "30000", "--seed", "1"), ((20, 100),),
+         "tests/test_r2d2_atari_envpool.py::test_learns_velocity_masked_cartpole_short"),
+    Twin("pqn_device_env", ("iteration",), ("--total-timesteps", "65536", "--seed", "1"), ((100, 60),),
+         "tests/test_pqn_device_env.py::test_learns_cartpole_in_65k_steps", dry=DEVICE_ENV_DRY),
+    Twin("ppo_atari_envpool_torchcompile", ("policy",), short=ATARI_SHORT),
+    Twin("dqn_atari_envpool_torchcompile", ("policy", "update_step"),
+         short=("--buffer-size", "4000", "--learning-starts", "1000", "--total-timesteps", "2048")),
+    Twin("pqn_atari_envpool_torchcompile", ("policy",), short=ATARI_SHORT),
+]
+# fmt: on
+BY_NAME = {twin.script: twin for twin in TWINS}
+
+P_MIN = 1e-4  # a distribution test below this p fails (many outputs are tested; a true one fails 1e-4 of the time)
+
+
+def load_script(name):
+    """Import leanrl/<name>.py as its own module, without running it (torch.compile looks globals up through it)."""
+    path = ROOT / "leanrl" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- (a) the draws of a captured function
+
+
+class Watched:
+    """A script's CudaGraphModule, kept with the inputs of its first call at or after its capture."""
+
+    def __init__(self, cgm):
+        self.cgm, self.calls, self.inputs = cgm, 0, None
+        fn = getattr(cgm.module, "func", cgm.module)  # a functools.partial's function
+        fn = getattr(fn, "_torchdynamo_orig_callable", fn)  # a compiled function's own
+        self.name = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, *args, **kwargs):
+        import torch
+
+        self.calls += 1
+        if self.inputs is None and self.calls >= self.cgm._warmup:
+            self.inputs = torch.utils._pytree.tree_map(_clone, (args, kwargs))
+        return self.cgm(*args, **kwargs)
+
+
+def _clone(x):
+    import torch
+
+    return x.clone() if isinstance(x, torch.Tensor) else x
+
+
+def watching(module):
+    """Patches module.CudaGraphModule: every one the script makes is kept (returned list) and works as before."""
+    from unittest import mock
+
+    made, cls = [], module.CudaGraphModule
+
+    def make(fn, **kwargs):
+        made.append(Watched(cls(fn, **kwargs)))
+        return made[-1]
+
+    return mock.patch.object(module, "CudaGraphModule", make), made
+
+
+def _writes_mode():
+    """A dispatch mode that saves, at its first write, the bytes of every tensor older than the call (the state a
+    function writes), with the tensor written (for its digest)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Writes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.saved, self.new = {}, set()  # storage -> (whole storage, its bytes, the tensor written)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            import torch
+
+            kwargs = kwargs or {}
+            for index, argument in enumerate(func._schema.arguments):
+                if argument.alias_info is None or not argument.alias_info.is_write:
+                    continue
+                value = kwargs.get(argument.name) if argument.kwarg_only or index >= len(args) else args[index]
+                for t in value if isinstance(value, list | tuple) else [value]:
+                    if isinstance(t, torch.Tensor) and (key := t.untyped_storage().data_ptr()) not in self.new:
+                        if key not in self.saved:
+                            whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+                            self.saved[key] = (whole, whole.clone(), t)
+            ins = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+            out = func(*args, **kwargs)
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in ins:
+                    self.new.add(t.untyped_storage().data_ptr())
+            return out
+
+    return Writes()
+
+
+def _columns(out, written, width=8):
+    """One call's observed values: up to `width` elements of every output tensor and one sum of every tensor the
+    function wrote; [(name, float64 values, discrete)]."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    leaves = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    cols = []
+    for i, t in enumerate(leaves):
+        flat = t.detach().reshape(-1)[:width]
+        cols.append((f"out{i}", flat.double().cpu().numpy(), not (t.is_floating_point() or t.is_complex())))
+    for i, t in enumerate(written):
+        if t.is_floating_point():
+            cols.append((f"wrote{i}", t.detach().double().sum().reshape(1).cpu().numpy(), False))
+    return cols
+
+
+def sample(watched, replays, captured):
+    """`replays` calls of a captured function (captured=True) or of its function run eagerly, each from the same
+    state; returns {column: (array calls x elements, discrete)}."""
+    import numpy as np
+    import torch
+
+    args, kwargs = watched.inputs
+    rows = {}
+    with torch.compiler.set_stance("force_eager"), _writes_mode() as writes:  # what the function writes
+        watched.cgm.module(*args, **kwargs)
+    saved = list(writes.saved.values())
+    for whole, old, _ in saved:
+        whole.copy_(old)
+    written = [t for _, _, t in saved]
+    for _ in range(replays):
+        inputs = torch.utils._pytree.tree_map(_clone, (args, kwargs))
+        with contextlib.nullcontext() if captured else torch.compiler.set_stance("force_eager"):
+            out = watched.cgm(*inputs[0], **inputs[1]) if captured else watched.cgm.module(*inputs[0], **inputs[1])
+        for name, values, discrete in _columns(out, written):
+            rows.setdefault(name, ([], discrete))[0].append(values)
+        for whole, old, _ in saved:
+            whole.copy_(old)
+    return {name: (np.stack(values), discrete) for name, (values, discrete) in rows.items()}
+
+
+def ks_p(a, b):
+    """Two-sample Kolmogorov-Smirnov test: p-value (asymptotic, Numerical Recipes' kstwo) of samples a and b."""
+    import numpy as np
+
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    d = np.max(np.abs(np.searchsorted(a, grid, "right") / len(a) - np.searchsorted(b, grid, "right") / len(b)))
+    en = math.sqrt(len(a) * len(b) / (len(a) + len(b)))
+    lam = (en + 0.12 + 0.11 / en) * d
+    if lam < 0.2:
+        return 1.0
+    return float(min(1.0, max(0.0, 2 * sum((-1) ** (j - 1) * math.exp(-2 * j * j * lam * lam) for j in range(1, 101)))))
+
+
+def chi2_p(a, b):
+    """Chi-square test that two samples of integers come from one distribution (cells under 5 expected pooled)."""
+    import numpy as np
+    import torch
+
+    values = np.unique(np.concatenate([a, b]))
+    counts = np.array([[np.sum(x == v) for v in values] for x in (a, b)], dtype=float)
+    expected = counts.sum(1, keepdims=True) * counts.sum(0, keepdims=True) / counts.sum()
+    small = expected.min(0) < 5
+    if small.any():
+        counts = np.concatenate([counts[:, ~small], counts[:, small].sum(1, keepdims=True)], 1)
+        expected = counts.sum(1, keepdims=True) * counts.sum(0, keepdims=True) / counts.sum()
+    counts, expected = counts[:, expected.min(0) > 0], expected[:, expected.min(0) > 0]
+    df = counts.shape[1] - 1
+    if df < 1:
+        return 1.0
+    stat = float(((counts - expected) ** 2 / expected).sum())
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2)).item())
+
+
+def _quantized(x, scale):
+    """Floats to 1e-4 of the column's scale: eager's and inductor's kernels round differently in the last bits."""
+    import numpy as np
+
+    return np.round(x / scale * 1e4)
+
+
+def repeats(columns):
+    """The fraction of consecutive calls whose every observed value equals the call before's."""
+    import numpy as np
+
+    same = np.ones(len(next(iter(columns.values()))) - 1, dtype=bool)
+    for values in columns.values():
+        same &= np.all(values[1:] == values[:-1], axis=1)
+    return float(same.mean())
+
+
+def judge(eager, graph):
+    """(a)'s verdict on one function: eager's and the replays' samples, as sample() returns them."""
+    import numpy as np
+
+    tests, varying_e, varying_g = {}, {}, {}
+    for name, (e, discrete) in eager.items():
+        g = graph[name][0]
+        if not discrete:
+            scale = max(float(np.abs(e).max()), 1e-12)
+            e, g = _quantized(e, scale), _quantized(g, scale)
+        if np.all(e == e[:1]):
+            continue  # no draw reaches this value
+        varying_e[name], varying_g[name] = e, g
+        for j in range(e.shape[1]):
+            if not np.all(e[:, j] == e[0, j]):
+                tests[f"{name}[{j}]"] = (chi2_p if discrete else ks_p)(e[:, j], g[:, j])
+    if not varying_e:
+        return dict(draws=False, ok=False, why="no output varies from one eager call to the next")
+    n = len(next(iter(varying_e.values()))) - 1
+    rep_e, rep_g = repeats(varying_e), repeats(varying_g)
+    allowed = rep_e + 4 * math.sqrt(max(rep_e * (1 - rep_e), 1 / n) / n) + 0.05
+    worst = min(tests, key=tests.get)
+    fresh, same_law = rep_g <= allowed, tests[worst] >= P_MIN
+    why = [] if fresh else [f"replays repeat the call before {rep_g:.0%} of the time (eager {rep_e:.0%})"]
+    why += [] if same_law else [f"{worst}: p = {tests[worst]:.2g} that the replays' values are eager's distribution"]
+    return dict(draws=True, ok=fresh and same_law, repeats_eager=rep_e, repeats_graph=rep_g, tests=len(tests),
+                min_p=tests[worst], min_p_at=worst, why="; ".join(why))  # fmt: skip
+
+
+def check_draws(twin, made, replays):
+    """(a) for every captured function of a run: {name: verdict}; a function of twin.draws with no draws fails."""
+    found = {}
+    for watched in made:
+        if watched.inputs is None:
+            continue  # never captured in this run
+        name = watched.name if watched.name not in found else f"{watched.name}#{sum(n.startswith(watched.name) for n in found) + 1}"
+        eager = sample(watched, replays, captured=False)
+        graph = sample(watched, replays, captured=True)
+        verdict = judge(eager, graph)
+        if not verdict["draws"] and watched.name not in twin.draws:
+            verdict.update(ok=True, why="draws nothing")
+        found[name] = verdict
+    for name in twin.draws:
+        if name not in found:
+            found[name] = dict(draws=False, ok=False, why="not captured in this run")
+    return found
+
+
+# ---------------------------------------------------------------- (b) learning
+
+
+def judge_bars(twin, line, run_dir):
+    """(b)'s verdict: every bar of the twin's learning check, on the run's returns.csv."""
+    rows = (run_dir / "returns.csv").read_text().splitlines()[1:]
+    returns = [float(row.split(",")[2]) for row in rows]
+    got = {f"last {w}": (sum(returns[-w:]) / len(returns[-w:]) if returns else None) for w, _ in twin.bars}
+    ok = line.get("status") == "ok" and all(
+        got[f"last {w}"] is not None and len(returns) >= min(w, 20) and got[f"last {w}"] >= bar for w, bar in twin.bars
+    )
+    return dict(ok=ok, status=line.get("status"), steps=line.get("steps"), episodes=len(returns), means=got,
+                bars={f"last {w}": bar for w, bar in twin.bars})  # fmt: skip
+
+
+# ---------------------------------------------------------------- one entry, in its own process
+
+
+def worker(name, out, dry, freeze, replays):
+    """Runs one entry (its script's main with --compile --cudagraphs), then checks (a) and (b); writes report.json."""
+    import torch
+
+    twin, out = BY_NAME[name], Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    module = load_script(twin.script)
+    if dry:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from gpu_standin import as_on_cuda
+        from regression import PAIRS
+
+        flags = twin.dry if twin.dry is not None else PAIRS[twin.script.removesuffix("_torchcompile")]
+        flags = [*flags, "--no-cuda"]
+    else:
+        flags = list(twin.learn or twin.short)
+    import tyro
+
+    args = tyro.cli(module.Args, args=[*flags, "--compile", "--cudagraphs", "--results-file", str(out / "results.jsonl")])
+    report = dict(script=twin.script, flags=flags, dry_run=dry, freeze_draws=freeze, replays=replays,
+                  device=torch.cuda.get_device_name() if torch.cuda.is_available() and not dry else "cpu",
+                  torch=torch.__version__)  # fmt: skip
+    patch, made = watching(module)
+    start = time.time()
+    with as_on_cuda(module, args, freeze_draws=freeze) if dry else contextlib.nullcontext(), patch:
+        module.main(args)
+        report["run_s"] = round(time.time() - start, 1)
+        line = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+        run_dir = out / line["run_name"]
+        if twin.learn and not dry:
+            report["learning"] = judge_bars(twin, line, run_dir)
+        else:
+            report["learning"] = dict(ok=None, status=line.get("status"), why="not judged (dry run or no bar)")
+        start = time.time()
+        report["draws"] = check_draws(twin, made, replays)
+        report["draws_s"] = round(time.time() - start, 1)
+    report["ok"] = all(v["ok"] for v in report["draws"].values()) and report["learning"]["ok"] is not False
+    report["ok"] = report["ok"] and line.get("status") == "ok"
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+# ---------------------------------------------------------------- the command
+
+
+def render(reports):
+    """gpu_check.md: one row per entry."""
+    head = "| script | draws (a): function, repeats graph/eager, min p | learning (b): mean of last returns / bar | ok |"
+    lines = [head, "|---|---|---|---|"]
+    for name, r in reports.items():
+        if "draws" not in r:
+            lines.append(f"| `{name}` | {r.get('why', 'no report')} | | no |")
+            continue
+        draws = "; ".join(
+            f"{fn}: {v['repeats_graph']:.0%}/{v['repeats_eager']:.0%}, p {v['min_p']:.2g}" if v["draws"] else f"{fn}: {v['why']}"
+            for fn, v in r["draws"].items()
+        )  # fmt: skip
+        learning = r["learning"]
+        if learning["ok"] is None:
+            learned = learning["why"]
+        else:
+            learned = ", ".join(f"{k} {learning['means'][k]} / {b}" for k, b in learning["bars"].items())
+        lines.append(f"| `{name}` | {draws} | {learned} | {'yes' if r['ok'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", help="an empty or new folder")
+    parser.add_argument("--dry-run", action="store_true", help="on the CPU, through the capture stand-in")
+    parser.add_argument("--freeze-draws", action="store_true", help="(dry run) the stand-in replays frozen draws")
+    parser.add_argument("--only", default="", help="comma-separated scripts (default: every entry)")
+    parser.add_argument("--replays", type=int, default=0, help="calls of each side (default 200, dry run 60)")
+    parser.add_argument("--jobs", type=int, default=0, help="entries at a time (default: one per 2 cores)")
+    parser.add_argument("--deadline-s", type=float, default=330, help="entries still running then are stopped")
+    parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    a = parser.parse_args()
+    replays = a.replays or (60 if a.dry_run else 200)
+    if a.freeze_draws and not a.dry_run:
+        parser.error("--freeze-draws is a fault planted in the CPU stand-in: only with --dry-run")
+    if a.worker:
+        report = worker(a.worker, a.out, a.dry_run, a.freeze_draws, replays)
+        sys.exit(0 if report["ok"] else 1)
+    names = [n for n in a.only.split(",") if n] or list(BY_NAME)
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        parser.error(f"--only: unknown {unknown}; entries: {list(BY_NAME)}")
+    absent = [n for n in names if not (ROOT / "leanrl" / f"{n}.py").exists()]
+    out = Path(a.out)
+    if out.exists() and any(out.iterdir()):
+        parser.error(f"{out} is not empty")
+    out.mkdir(parents=True, exist_ok=True)
+    cores = sorted(os.sched_getaffinity(0))
+    jobs = a.jobs or max(1, len(cores) // 2)
+    share = max(1, len(cores) // jobs)
+    waiting, running, reports = [n for n in names if n not in absent], {}, {n: dict(why="script absent") for n in absent}
+    deadline = time.time() + a.deadline_s
+    flags = [*(["--dry-run"] if a.dry_run else []), *(["--freeze-draws"] if a.freeze_draws else [])]
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            name, slot = waiting.pop(0), next(i for i in range(jobs) if i not in {s for _, s in running.values()})
+            mine = cores[slot * share : (slot + 1) * share] or cores
+            env = dict(os.environ, OMP_NUM_THREADS=str(len(mine)), WANDB_MODE="disabled", **BY_NAME[name].env)
+            log = (out / f"{name}.log").open("w")
+            cmd = [sys.executable, __file__, *flags, "--replays", str(replays), "--worker", name, str(out / name)]
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                    preexec_fn=lambda m=mine: os.sched_setaffinity(0, m))  # fmt: skip
+            running[name] = (proc, slot)
+        time.sleep(0.5)
+        for name, (proc, _) in list(running.items()):
+            if proc.poll() is None and time.time() < deadline:
+                continue
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                reports[name] = dict(why=f"stopped at the deadline ({a.deadline_s:.0f} s)")
+            else:
+                path = out / name / "report.json"
+                reports[name] = json.loads(path.read_text()) if path.exists() else dict(why=f"exit {proc.returncode}")
+            del running[name]
+    reports = {n: reports[n] for n in names}
+    with (out / "gpu_check.jsonl").open("w") as f:
+        for name, r in reports.items():
+            f.write(json.dumps(dict(name=name, **r)) + "\n")
+    (out / "gpu_check.md").write_text(render(reports))
+    print(render(reports), end="")
+    bad = [n for n, r in reports.items() if not r.get("ok")]
+    print(f"gpu_check: {len(names) - len(bad)} of {len(names)} entries pass" + (f"; failed: {bad}" if bad else ""))
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
