@@ -53,9 +53,20 @@ class Twin:
     env: dict = field(default_factory=dict)
 
 
-INV = ("--env-id", "InvertedPendulum-v4", "--seed", "1")
+INV = ("--env-id", "InvertedPendulum-v4")  # with the scripts' default seed, 1, as the tests run it
 R2D2_CARTPOLE = ("--env-id", "CartPole-v1", "--mask-velocity", "--num-envs", "8", "--hidden-size", "64")
-R2D2_CARTPOLE += ("--burn-in", "8", "--seq-len", "16", "--overlap", "8", "--batch-size", "32", "--train-frequency", "16")
+R2D2_CARTPOLE += (
+    "--burn-in",
+    "8",
+    "--seq-len",
+    "16",
+    "--overlap",
+    "8",
+    "--batch-size",
+    "32",
+    "--train-frequency",
+    "16",
+)
 R2D2_CARTPOLE += ("--learning-rate", "1e-3", "--gamma", "0.99", "--target-network-frequency", "200")
 R2D2_CARTPOLE += ("--buffer-size", "40000", "--learning-starts", "2000", "--measure-burnin", "1")
 ATARI_SHORT = ("--total-timesteps", "2048", "--measure-burnin", "1")
@@ -70,23 +81,24 @@ TWINS = [
     Twin("td3_continuous_action_torchcompile", ("act", "train_step"),
          (*INV, "--learning-starts", "500", "--total-timesteps", "4000", "--batch-size", "64"), ((10, 40),),
          "tests/test_td3_continuous_action.py::test_learns_inverted_pendulum_in_4k_steps"),
-    Twin("ppo_continuous_action_torchcompile", ("policy",),
-         (*INV, "--total-timesteps", "20480", "--num-steps", "512", "--num-minibatches", "8"), ((100, 100), (10, 200)),
+    Twin("ppo_continuous_action_torchcompile", ("policy_step",),
+         (*INV, "--seed", "1", "--total-timesteps", "20480", "--num-steps", "512", "--num-minibatches", "8"),
+         ((100, 100), (10, 200)),
          "tests/test_ppo_continuous_action.py::test_learns_inverted_pendulum_in_20k_steps"),
     Twin("dqn_torchcompile", ("device_epsilon_greedy", "train_step"),
          ("--total-timesteps", "20000", "--seed", "1", "--learning-starts", "1000"), ((100, 60),),
          "tests/test_dqn.py::test_learns_cartpole_in_20k_steps"),
-    Twin("pqn_torchcompile", ("policy",), ("--total-timesteps", "51200", "--seed", "1"), ((100, 35),),
+    Twin("pqn_torchcompile", ("policy_step",), ("--total-timesteps", "51200", "--seed", "1"), ((100, 35),),
          "tests/test_pqn.py::test_learns_cartpole_in_51k_steps"),
-    Twin("r2d2_atari_envpool_torchcompile", ("policy", "sample_and_update"),
-         (*R2D2_CARTPOLE, "--total-timesteps", "30000", "--seed", "1"), ((20, 100),),
+    Twin("r2d2_atari_envpool_torchcompile", ("act", "sample_and_update"),
+         (*R2D2_CARTPOLE, "--total-timesteps", "30000"), ((20, 100),),
          "tests/test_r2d2_atari_envpool.py::test_learns_velocity_masked_cartpole_short"),
     Twin("pqn_device_env", ("iteration",), ("--total-timesteps", "65536", "--seed", "1"), ((100, 60),),
          "tests/test_pqn_device_env.py::test_learns_cartpole_in_65k_steps", dry=DEVICE_ENV_DRY),
-    Twin("ppo_atari_envpool_torchcompile", ("policy",), short=ATARI_SHORT),
-    Twin("dqn_atari_envpool_torchcompile", ("policy", "update_step"),
+    Twin("ppo_atari_envpool_torchcompile", ("policy_step",), short=ATARI_SHORT),
+    Twin("dqn_atari_envpool_torchcompile", ("epsilon_greedy", "train_step"),
          short=("--buffer-size", "4000", "--learning-starts", "1000", "--total-timesteps", "2048")),
-    Twin("pqn_atari_envpool_torchcompile", ("policy",), short=ATARI_SHORT),
+    Twin("pqn_atari_envpool_torchcompile", ("policy_step",), short=ATARI_SHORT),
 ]
 # fmt: on
 BY_NAME = {twin.script: twin for twin in TWINS}
@@ -108,20 +120,25 @@ def load_script(name):
 
 
 class Watched:
-    """A script's CudaGraphModule, kept with the inputs of its first call at or after its capture."""
+    """A script's CudaGraphModule, as the script uses it; at its first replay, before running it, its draws are
+    checked (check_draws) from that state: the run's own inputs and state, early in the run (epsilon still high)."""
 
-    def __init__(self, cgm):
-        self.cgm, self.calls, self.inputs = cgm, 0, None
-        fn = getattr(cgm.module, "func", cgm.module)  # a functools.partial's function
-        fn = getattr(fn, "_torchdynamo_orig_callable", fn)  # a compiled function's own
+    def __init__(self, cgm, replays):
+        self.cgm, self.replays, self.calls, self.inputs, self.verdict, self.seconds = cgm, replays, 0, None, None, 0.0
+        fn = cgm.module
+        for attribute in ("_torchdynamo_orig_callable", "__wrapped__", "func") * 3:  # a compiled one's, a partial's
+            fn = getattr(fn, attribute, fn)
         self.name = getattr(fn, "__name__", type(fn).__name__)
 
     def __call__(self, *args, **kwargs):
         import torch
 
         self.calls += 1
-        if self.inputs is None and self.calls >= self.cgm._warmup:
+        if self.calls == self.cgm._warmup + 1:  # captured at the call before: this one is its first replay
+            start = time.time()
             self.inputs = torch.utils._pytree.tree_map(_clone, (args, kwargs))
+            self.verdict = judge(sample(self, self.replays, captured=False), sample(self, self.replays, captured=True))
+            self.seconds = time.time() - start
         return self.cgm(*args, **kwargs)
 
 
@@ -131,14 +148,14 @@ def _clone(x):
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
-def watching(module):
+def watching(module, replays):
     """Patches module.CudaGraphModule: every one the script makes is kept (returned list) and works as before."""
     from unittest import mock
 
     made, cls = [], module.CudaGraphModule
 
-    def make(fn, **kwargs):
-        made.append(Watched(cls(fn, **kwargs)))
+    def make(*args, **kwargs):
+        made.append(Watched(cls(*args, **kwargs), replays))
         return made[-1]
 
     return mock.patch.object(module, "CudaGraphModule", make), made
@@ -164,11 +181,14 @@ def _writes_mode():
                     continue
                 value = kwargs.get(argument.name) if argument.kwarg_only or index >= len(args) else args[index]
                 for t in value if isinstance(value, list | tuple) else [value]:
-                    if isinstance(t, torch.Tensor) and (key := t.untyped_storage().data_ptr()) not in self.new:
-                        if key not in self.saved:
-                            whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
-                            self.saved[key] = (whole, whole.clone(), t)
-            ins = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+                    if not isinstance(t, torch.Tensor) or (key := t.untyped_storage().data_ptr()) in self.new:
+                        continue
+                    if key not in self.saved:
+                        whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+                        self.saved[key] = (whole, whole.clone(), t)
+            ins = {
+                t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)
+            }
             out = func(*args, **kwargs)
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in ins:
@@ -243,15 +263,19 @@ def chi2_p(a, b):
     counts = np.array([[np.sum(x == v) for v in values] for x in (a, b)], dtype=float)
     expected = counts.sum(1, keepdims=True) * counts.sum(0, keepdims=True) / counts.sum()
     small = expected.min(0) < 5
-    if small.any():
-        counts = np.concatenate([counts[:, ~small], counts[:, small].sum(1, keepdims=True)], 1)
+    if small.any():  # the rare values pooled into one cell, itself put into the rarest other value if still rare
+        pooled, counts = counts[:, small].sum(1), counts[:, ~small]
+        if counts.shape[1] and pooled.sum() * counts.sum(1).min() / (counts.sum() + pooled.sum()) < 5:
+            counts[:, counts.sum(0).argmin()] += pooled
+        else:
+            counts = np.concatenate([counts, pooled[:, None]], 1)
         expected = counts.sum(1, keepdims=True) * counts.sum(0, keepdims=True) / counts.sum()
-    counts, expected = counts[:, expected.min(0) > 0], expected[:, expected.min(0) > 0]
     df = counts.shape[1] - 1
     if df < 1:
         return 1.0
     stat = float(((counts - expected) ** 2 / expected).sum())
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2)).item())
+    half = torch.tensor([df / 2, stat / 2], dtype=torch.float64)
+    return float(torch.special.gammaincc(half[0], half[1]).item())
 
 
 def _quantized(x, scale):
@@ -300,22 +324,23 @@ def judge(eager, graph):
                 min_p=tests[worst], min_p_at=worst, why="; ".join(why))  # fmt: skip
 
 
-def check_draws(twin, made, replays):
-    """(a) for every captured function of a run: {name: verdict}; a function of twin.draws with no draws fails."""
+def check_draws(twin, made):
+    """(a)'s verdicts of a run's captured functions, {name: verdict}: a function of twin.draws that drew nothing, or
+    was never replayed, fails."""
     found = {}
     for watched in made:
-        if watched.inputs is None:
-            continue  # never captured in this run
-        name = watched.name if watched.name not in found else f"{watched.name}#{sum(n.startswith(watched.name) for n in found) + 1}"
-        eager = sample(watched, replays, captured=False)
-        graph = sample(watched, replays, captured=True)
-        verdict = judge(eager, graph)
-        if not verdict["draws"] and watched.name not in twin.draws:
-            verdict.update(ok=True, why="draws nothing")
-        found[name] = verdict
+        name, n = watched.name, 2
+        while name in found:
+            name, n = f"{watched.name}#{n}", n + 1
+        if watched.verdict is None:
+            found[name] = dict(draws=False, ok=False, why="never replayed in this run")
+        else:
+            found[name] = dict(watched.verdict, seconds=round(watched.seconds, 1))
+        if not found[name]["draws"] and watched.name not in twin.draws:
+            found[name].update(ok=True, why="draws nothing" if watched.verdict else "never replayed; draws nothing")
     for name in twin.draws:
         if name not in found:
-            found[name] = dict(draws=False, ok=False, why="not captured in this run")
+            found[name] = dict(draws=False, ok=False, why="no CudaGraphModule of this function")
     return found
 
 
@@ -355,24 +380,23 @@ def worker(name, out, dry, freeze, replays):
         flags = list(twin.learn or twin.short)
     import tyro
 
-    args = tyro.cli(module.Args, args=[*flags, "--compile", "--cudagraphs", "--results-file", str(out / "results.jsonl")])
+    args = tyro.cli(
+        module.Args, args=[*flags, "--compile", "--cudagraphs", "--results-file", str(out / "results.jsonl")]
+    )
     report = dict(script=twin.script, flags=flags, dry_run=dry, freeze_draws=freeze, replays=replays,
                   device=torch.cuda.get_device_name() if torch.cuda.is_available() and not dry else "cpu",
                   torch=torch.__version__)  # fmt: skip
-    patch, made = watching(module)
+    patch, made = watching(module, replays)
     start = time.time()
     with as_on_cuda(module, args, freeze_draws=freeze) if dry else contextlib.nullcontext(), patch:
         module.main(args)
-        report["run_s"] = round(time.time() - start, 1)
-        line = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
-        run_dir = out / line["run_name"]
-        if twin.learn and not dry:
-            report["learning"] = judge_bars(twin, line, run_dir)
-        else:
-            report["learning"] = dict(ok=None, status=line.get("status"), why="not judged (dry run or no bar)")
-        start = time.time()
-        report["draws"] = check_draws(twin, made, replays)
-        report["draws_s"] = round(time.time() - start, 1)
+    report["run_s"] = round(time.time() - start, 1)  # the draws' checks included
+    line = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+    if twin.learn and not dry:
+        report["learning"] = judge_bars(twin, line, out / line["run_name"])
+    else:
+        report["learning"] = dict(ok=None, status=line.get("status"), why="not judged (dry run or no bar)")
+    report["draws"] = check_draws(twin, made)
     report["ok"] = all(v["ok"] for v in report["draws"].values()) and report["learning"]["ok"] is not False
     report["ok"] = report["ok"] and line.get("status") == "ok"
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -384,16 +408,20 @@ def worker(name, out, dry, freeze, replays):
 
 def render(reports):
     """gpu_check.md: one row per entry."""
-    head = "| script | draws (a): function, repeats graph/eager, min p | learning (b): mean of last returns / bar | ok |"
+    head = (
+        "| script | draws (a): function, repeats graph/eager, min p | learning (b): mean of last returns / bar | ok |"
+    )
     lines = [head, "|---|---|---|---|"]
     for name, r in reports.items():
         if "draws" not in r:
             lines.append(f"| `{name}` | {r.get('why', 'no report')} | | no |")
             continue
         draws = "; ".join(
-            f"{fn}: {v['repeats_graph']:.0%}/{v['repeats_eager']:.0%}, p {v['min_p']:.2g}" if v["draws"] else f"{fn}: {v['why']}"
+            f"{fn}: {v['repeats_graph']:.0%}/{v['repeats_eager']:.0%}, p {v['min_p']:.2g}"
+            if v["draws"]
+            else f"{fn}: {v['why']}"
             for fn, v in r["draws"].items()
-        )  # fmt: skip
+        )
         learning = r["learning"]
         if learning["ok"] is None:
             learned = learning["why"]
@@ -432,7 +460,11 @@ def main():
     cores = sorted(os.sched_getaffinity(0))
     jobs = a.jobs or max(1, len(cores) // 2)
     share = max(1, len(cores) // jobs)
-    waiting, running, reports = [n for n in names if n not in absent], {}, {n: dict(why="script absent") for n in absent}
+    waiting, running, reports = (
+        [n for n in names if n not in absent],
+        {},
+        {n: dict(why="script absent") for n in absent},
+    )
     deadline = time.time() + a.deadline_s
     flags = [*(["--dry-run"] if a.dry_run else []), *(["--freeze-draws"] if a.freeze_draws else [])]
     while waiting or running:

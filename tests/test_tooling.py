@@ -522,7 +522,6 @@ def test_a_run_forked_from_the_preloaded_process_is_the_run_a_fresh_process_make
     assert 1 <= PRELOADED.forked - served <= 2
 
 
-
 # words of a machine lent for a limited time, or of folders outside the repository: the product's own files describe
 # running on the user's machine after the README's install (a clone has no ../shared, no kit, no lease)
 NOT_THE_PRODUCTS_WORDS = {
