@@ -136,7 +136,7 @@ def test_dry_run_passes_with_fresh_draws(tmp_path):
 def test_a_stand_in_that_freezes_the_draws_fails_the_check(tmp_path):
     """The planted fault: replays give each random op the values it drew at the capture (a graph whose seed is
     frozen). Every named function fails: its replays repeat the call before every time."""
-    proc, reports = dry_run(tmp_path, "--freeze-draws", "--only", CI)
+    proc, reports = dry_run(tmp_path, "--freeze-draws", "--replays", "30", "--only", CI)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name in CI.split(","):
         report = reports[name]
@@ -144,3 +144,15 @@ def test_a_stand_in_that_freezes_the_draws_fails_the_check(tmp_path):
         for fn in gpu_check.BY_NAME[name].draws:
             verdict = report["draws"][fn]
             assert verdict["draws"] and not verdict["ok"] and verdict["repeats_graph"] == 1.0, (name, fn, verdict)
+
+
+@pytest.mark.slow
+def test_dry_run_of_every_entry_passes(tmp_path):
+    """The whole dry run (every entry of the list whose script exists), as the GPU command runs it but on the CPU
+    through the stand-in. Took TIMING on a 2-core AMD EPYC shared with other jobs (load average about 10)."""
+    proc, reports = dry_run(tmp_path, "--jobs", "2", "--deadline-s", "1700")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for twin in gpu_check.TWINS:
+        if (ROOT / "leanrl" / f"{twin.script}.py").exists():
+            assert reports[twin.script]["ok"], reports[twin.script]
+            assert all(reports[twin.script]["draws"][fn]["draws"] for fn in twin.draws), reports[twin.script]
