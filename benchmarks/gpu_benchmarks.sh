@@ -7,7 +7,7 @@
 # Ends within 9 minutes (PART_S, default 110 s a part, four parts, NCCL_S and the merge). A part that reaches its limit is
 # stopped by SIGTERM and writes the rows it measured (its report says so), so a short command still brings figures
 # back. --dry-run: the same parts on the CPU at tiny sizes (--quick --no-compile), in about a minute.
-# It installs nothing: run it after the README's install (offline: docs/gpu-checks.md, "On an offline machine").
+# It installs nothing: run it after the README's install (offline: docs/usage.md, "On an offline machine").
 # OUT: rl_ops_<tag>.md/.json (the merged operator table), replay_<tag>.md/.json, nccl.jsonl (the distributed run's
 # results line), gpu_benchmarks.log; tag: cuda (cpu in a dry run). plots/plot.py --rl-ops / --replay splice the tables into benchmarks/README.md.
 set -euo pipefail

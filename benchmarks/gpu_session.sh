@@ -14,7 +14,7 @@
 # --dry-run: the same steps on the CPU at tiny budgets (no --compile/--cudagraphs), about 2 minutes (rounds: 40 s a
 #   pair).
 # LeanRL's patched scripts: PEER, a folder with leanrl/<script>.py patched as docs/cpu-speed.md says (default
-# .whl/peers/leanrl, beside the wheels of docs/gpu-checks.md's offline install; PEER=none: ours only, not with --rounds).
+# .whl/peers/leanrl, beside the wheels of docs/usage.md's offline install; PEER=none: ours only, not with --rounds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flags=()

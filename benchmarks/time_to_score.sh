@@ -4,7 +4,7 @@
 #   benchmarks/time_to_score.sh [--dry-run] OUT [pqn|ppo]   OUT: an empty or new folder; at most 6 files in it
 # Ends within 9.5 minutes: the run gets DEADLINE_S (default 530) seconds from its launch, 20 more to write its results
 # line once stopped. --dry-run: the CPU smoke at tiny sizes (no --compile/--cudagraphs), under a minute.
-# It installs nothing: run it after the README's install (offline: docs/gpu-checks.md, "On an offline machine");
+# It installs nothing: run it after the README's install (offline: docs/usage.md, "On an offline machine");
 # a copy of the tree without .git names its commit: LEANRL_COMMIT=<hash> benchmarks/time_to_score.sh OUT pqn
 # OUT: time_to_score.jsonl (the record), <tag>.curve.csv, <tag>.log, <tag>.tar.gz (the run's folder and results line),
 # time_to_score.md and time_to_score_<machine>.png (plots/plot.py's table and figure).
