@@ -78,6 +78,10 @@ def test_judge_passes_fresh_draws_and_fails_frozen_or_other_draws():
     assert not frozen["ok"] and frozen["repeats_graph"] == 1.0 and "repeat" in frozen["why"], frozen
     shifted = gpu_check.judge(samples(rng, 200), samples(rng, 200, shift=1.0))
     assert not shifted["ok"] and shifted["min_p_at"] == "out1[0]" and shifted["repeats_graph"] == 0.0, shifted
+    # a float that moves by one quantum (1e-4 of its scale) only, as a nondeterministic kernel's last bits move it
+    # across a rounding edge, is no draw
+    noise = {"out0": (1 + rng.choice([0.0, 1e-4], size=(50, 3)), False), "out1": (np.zeros((50, 1)), True)}
+    assert not gpu_check.judge(noise, noise)["draws"]
     nothing = {"out0": (np.zeros((50, 3)), False)}
     assert gpu_check.judge(nothing, nothing) == dict(
         draws=False, ok=False, why="no output varies from one eager call to the next"
