@@ -5,18 +5,22 @@
 For each entry of TWINS, one process runs the script's own main() with `--compile --cudagraphs` (on CUDA: inductor's
 kernels, tensordict's CudaGraphModule) and keeps every CudaGraphModule the script made. Then:
 
-(a) draws. Each captured function that draws random numbers (action noise, replay indices, exploration coins) is
-    called again many times from one state: the inputs of its first call after the capture, and every tensor it
-    writes (networks, optimizer, buffers, env) put back to its values before each call. The function's outputs, and
-    a sum of each tensor it wrote, then depend on nothing but its draws. The same is done with the function run
-    eagerly (torch.compiler.set_stance("force_eager"): the script's function, aten's random ops). The captured
-    replays pass when (1) consecutive replays differ as often as eager calls do (a frozen draw repeats every
-    time) and (2) every output that varies is distributed as eager's: a two-sample Kolmogorov-Smirnov test for
-    floats, a chi-square test for integers (actions), p >= 1e-4. Nothing of the scripts' math is changed.
+(a) draws. At each captured function's first replay (early in the run: epsilon still high), before that replay
+    runs, the function is called again and again from that one state: the run's inputs of that call, and every
+    tensor it writes (networks, optimizer, buffers, env) put back to its values before each call. Its outputs, and
+    a sum of each tensor it wrote, then vary with nothing but its draws. The same is done with the function run
+    eagerly (torch.compiler.set_stance("force_eager"): the script's function, aten's random ops). The replays pass
+    when (1) consecutive replays differ as often as eager calls do (a frozen draw repeats every time) and (2) every
+    value that eager's draws move (floats rounded to 1e-4 of their scale, moved by 3 such quanta or more: a
+    kernel's last bits are no draw) is distributed as eager's: a two-sample Kolmogorov-Smirnov test for floats, a
+    chi-square test for integers (actions), p >= 1e-4. An entry names the functions that must draw (one that
+    draws nothing there fails); any other is screened with 10 eager calls and checked too if it draws. Nothing
+    of the scripts' math is changed: the check wraps the CudaGraphModule the script makes.
 (b) learning. The same run is the learning check of the script's CPU tests, at that check's budget: the bar (a
     mean of the last episodic returns) is judged on its returns.csv.
 
-Entries without a CPU learning check (the Atari twins) run a short budget for (a) only. OUT gets one folder per
+Entries without a CPU learning check (the Atari twins) run a short budget for (a) only. A new script is one line
+of TWINS (its flags, budget and bars). OUT gets one folder per
 entry (results line, run folder, report.json), gpu_check.jsonl (one line per entry) and gpu_check.md.
 
 --dry-run: the same code on the CPU through the capture stand-in of tests/gpu_standin.py (tiny budgets, --compile on

@@ -160,3 +160,30 @@ def test_dry_run_of_every_entry_passes(tmp_path):
         if (ROOT / "leanrl" / f"{twin.script}.py").exists():
             assert reports[twin.script]["ok"], reports[twin.script]
             assert all(reports[twin.script]["draws"][fn]["draws"] for fn in twin.draws), reports[twin.script]
+
+
+@pytest.mark.parametrize(
+    "flags,words",
+    [
+        (["--freeze-draws"], "--freeze-draws"),  # a fault of the CPU stand-in: never on a GPU
+        (["--dry-run", "--only", "sac_continuous_action"], "--only: unknown"),  # an entry is a script's file name
+    ],
+)
+def test_bad_input_exits_2_with_one_line(flags, words, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), *flags, str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2 and words in proc.stderr.splitlines()[-1], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_that_holds_files_is_refused(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "gpu_check.md").write_text("an earlier check\n")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "is not empty" in proc.stderr.splitlines()[-1], proc.stderr
+    assert (tmp_path / "out" / "gpu_check.md").read_text() == "an earlier check\n"
