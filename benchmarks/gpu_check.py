@@ -417,6 +417,7 @@ def render(reports):
         if "draws" not in r:
             lines.append(f"| `{name}` | {r.get('why', 'no report')} | | no |")
             continue
+        stopped = f" ({r['why']})" if r.get("why") else ""  # stopped at the deadline, its draws checked
         draws = "; ".join(
             f"{fn}: {v['repeats_graph']:.0%}/{v['repeats_eager']:.0%}, p {v['min_p']:.2g}"
             if v["draws"]
@@ -427,8 +428,9 @@ def render(reports):
         if learning["ok"] is None:
             learned = learning["why"]
         else:
-            learned = ", ".join(f"{k} {learning['means'][k]} / {b}" for k, b in learning["bars"].items())
-        lines.append(f"| `{name}` | {draws} | {learned} | {'yes' if r['ok'] else 'no'} |")
+            means = {k: "none" if v is None else f"{v:.1f}" for k, v in learning["means"].items()}
+            learned = ", ".join(f"{k} {means[k]} / {b}" for k, b in learning["bars"].items())
+        lines.append(f"| `{name}`{stopped} | {draws} | {learned} | {'yes' if r['ok'] else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -482,16 +484,17 @@ def main():
         for name, (proc, _) in list(running.items()):
             if proc.poll() is None and time.time() < deadline:
                 continue
-            if proc.poll() is None:
+            stopped = proc.poll() is None
+            if stopped:  # SIGTERM: the script ends its run as interrupted, and the draws checked are still reported
                 proc.terminate()
                 try:
-                    proc.wait(20)
+                    proc.wait(30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-                reports[name] = dict(why=f"stopped at the deadline ({a.deadline_s:.0f} s)")
-            else:
-                path = out / name / "report.json"
-                reports[name] = json.loads(path.read_text()) if path.exists() else dict(why=f"exit {proc.returncode}")
+            path = out / name / "report.json"
+            reports[name] = json.loads(path.read_text()) if path.exists() else dict(why=f"exit {proc.returncode}")
+            if stopped:
+                reports[name].update(ok=False, why=f"stopped at the deadline ({a.deadline_s:.0f} s)")
             del running[name]
     reports = {n: reports[n] for n in names}
     with (out / "gpu_check.jsonl").open("w") as f:

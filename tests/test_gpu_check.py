@@ -187,3 +187,30 @@ def test_a_folder_that_holds_files_is_refused(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2 and "is not empty" in proc.stderr.splitlines()[-1], proc.stderr
     assert (tmp_path / "out" / "gpu_check.md").read_text() == "an earlier check\n"
+
+
+def test_an_entry_still_running_at_the_deadline_is_stopped_and_fails(tmp_path):
+    proc, reports = dry_run(tmp_path, "--deadline-s", "3", "--only", "dqn_torchcompile")
+    assert proc.returncode == 1 and "0 of 1 entries pass" in proc.stdout, proc.stdout
+    assert reports["dqn_torchcompile"]["why"] == "stopped at the deadline (3 s)"
+    assert "stopped at the deadline" in (tmp_path / "out" / "gpu_check.md").read_text()
+
+
+def test_learning_is_judged_on_the_last_returns_of_the_curve(tmp_path):
+    """(b) on a curve written as the scripts write returns.csv (step, wall_s, return): PPO continuous's two bars, the
+    mean of the last 100 episodes >= 100 and of the last 10 >= 200."""
+    twin = gpu_check.BY_NAME["ppo_continuous_action_torchcompile"]
+    returns = [50.0] * 90 + [300.0] * 10  # last 100: 75; last 10: 300
+    rows = "".join(f"{i * 10},{i * 0.1:.1f},{r}\n" for i, r in enumerate(returns))
+    (tmp_path / "returns.csv").write_text("step,wall_s,return\n" + rows)
+    got = gpu_check.judge_bars(twin, {"status": "ok", "steps": 20480}, tmp_path)
+    assert got["means"] == {"last 100": 75.0, "last 10": 300.0} and got["episodes"] == 100 and not got["ok"]
+    returns[:50] = [130.0] * 50  # last 100: 115
+    rows = "".join(f"{i * 10},{i * 0.1:.1f},{r}\n" for i, r in enumerate(returns))
+    (tmp_path / "returns.csv").write_text("step,wall_s,return\n" + rows)
+    assert gpu_check.judge_bars(twin, {"status": "ok"}, tmp_path)["ok"]
+    assert not gpu_check.judge_bars(twin, {"status": "diverged"}, tmp_path)["ok"]
+    table = gpu_check.render(
+        {twin.script: dict(ok=True, draws={}, learning=gpu_check.judge_bars(twin, {"status": "ok"}, tmp_path))}
+    )
+    assert "last 100 115.0 / 100, last 10 300.0 / 200 | yes |" in table
