@@ -126,7 +126,8 @@ CI = "sac_continuous_action_torchcompile,dqn_torchcompile,pqn_device_env"
 
 
 def test_dry_run_passes_with_fresh_draws(tmp_path):
-    """The check's CPU dry run of three entries passes: each named function's replays draw anew, as eager does."""
+    """The check's CPU dry run of three entries passes: each named function's replays draw anew, as eager does.
+    About 2 minutes, as the frozen run below, on a 2-core AMD EPYC shared with other jobs (load average 9-10)."""
     proc, reports = dry_run(tmp_path, "--only", CI)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name in CI.split(","):
@@ -153,7 +154,8 @@ def test_a_stand_in_that_freezes_the_draws_fails_the_check(tmp_path):
 @pytest.mark.slow
 def test_dry_run_of_every_entry_passes(tmp_path):
     """The whole dry run (every entry of the list whose script exists), as the GPU command runs it but on the CPU
-    through the stand-in. Took TIMING on a 2-core AMD EPYC shared with other jobs (load average about 10)."""
+    through the stand-in. Took 10 min (177 s of CPU) with two entries at a time on a 2-core AMD EPYC shared with other
+    jobs (load average 9-10)."""
     proc, reports = dry_run(tmp_path, "--jobs", "2", "--deadline-s", "1700")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for twin in gpu_check.TWINS:
