@@ -3,12 +3,11 @@
 # parts, merged) and every script's buffers and R2D2's samplers (replay.py), each part under its own time limit; first,
 # NCCL once: the distributed PPO as one rank under torchrun, its collectives on NCCL inside the compiled, captured
 # update (NCCL_S, default 80 s, 40,960 steps; a dry run: gloo on the CPU).
-#   benchmarks/gpu_benchmarks.sh [--dry-run] OUT     OUT: an empty or new folder; at most 7 files come back in it
+#   benchmarks/gpu_benchmarks.sh [--dry-run] OUT     OUT: an empty or new folder; at most 7 files in it
 # Ends within 9 minutes (PART_S, default 110 s a part, four parts, NCCL_S and the merge). A part that reaches its limit is
 # stopped by SIGTERM and writes the rows it measured (its report says so), so a short command still brings figures
 # back. --dry-run: the same parts on the CPU at tiny sizes (--quick --no-compile), in about a minute.
-# It installs nothing. On the offline GPU machine (../shared/gpu/README.md) the command carries .whl and begins with
-# the install line ../shared/gpu/kit.sh prints last, then: benchmarks/gpu_benchmarks.sh "$OUT"
+# It installs nothing: run it after the README's install (offline: docs/usage.md, "On an offline machine").
 # OUT: rl_ops_<tag>.md/.json (the merged operator table), replay_<tag>.md/.json, nccl.jsonl (the distributed run's
 # results line), gpu_benchmarks.log; tag: cuda (cpu in a dry run). plots/plot.py --rl-ops / --replay splice the tables into benchmarks/README.md.
 set -euo pipefail

@@ -13,8 +13,8 @@
 #   a GPU (a cold compile, a 20 s window, 10 profiled iterations: an estimate of 2-3 minutes); after --alone's run.
 # --dry-run: the same steps on the CPU at tiny budgets (no --compile/--cudagraphs), about 2 minutes (rounds: 40 s a
 #   pair).
-# LeanRL's patched scripts: PEER (default .whl/peers/leanrl, where ../shared/gpu/kit.sh puts them; PEER=none: ours
-# only, not with --rounds).
+# LeanRL's patched scripts: PEER, a folder with leanrl/<script>.py patched as docs/cpu-speed.md says (default
+# .whl/peers/leanrl, beside the wheels of docs/usage.md's offline install; PEER=none: ours only, not with --rounds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flags=()

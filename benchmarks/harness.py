@@ -160,7 +160,7 @@ def machine_line(info):
 @contextlib.contextmanager
 def stopped_by_signal(report):
     """Run the block; SIGTERM (`timeout`'s, a command limit's) or Ctrl-C ends it early and report["stopped"] says so,
-    so that what was measured before is still written (a GPU command's time is limited: the rows done come back)."""
+    so that what was measured before is still written (a command stopped by `timeout` still writes the rows done)."""
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM raises KeyboardInterrupt too
     report["stopped"] = None
     try:

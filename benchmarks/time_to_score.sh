@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
 # Time to score in one command: a twin in its fast configuration on Breakout-v5, from launch to CleanRL's 10M-step score
 # (PQN 385, PPO 400) or the deadline (benchmarks/time_to_score.py says how; plots/plot.py --time-to-score draws it).
-#   benchmarks/time_to_score.sh [--dry-run] OUT [pqn|ppo]   OUT: an empty or new folder; at most 6 files come back in it
+#   benchmarks/time_to_score.sh [--dry-run] OUT [pqn|ppo]   OUT: an empty or new folder; at most 6 files in it
 # Ends within 9.5 minutes: the run gets DEADLINE_S (default 530) seconds from its launch, 20 more to write its results
 # line once stopped. --dry-run: the CPU smoke at tiny sizes (no --compile/--cudagraphs), under a minute.
-# It installs nothing. On the offline GPU machine (../shared/gpu/README.md) the device command carries .whl and begins
-# with the install line ../shared/gpu/kit.sh prints last:
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && ... \
-#     && export PYTHONPATH=/tmp/site:$PWD MUJOCO_GL=egl || exit 1; \
-#     LEANRL_COMMIT=<hash> benchmarks/time_to_score.sh "$OUT" pqn
+# It installs nothing: run it after the README's install (offline: docs/usage.md, "On an offline machine");
+# a copy of the tree without .git names its commit: LEANRL_COMMIT=<hash> benchmarks/time_to_score.sh OUT pqn
 # OUT: time_to_score.jsonl (the record), <tag>.curve.csv, <tag>.log, <tag>.tar.gz (the run's folder and results line),
 # time_to_score.md and time_to_score_<machine>.png (plots/plot.py's table and figure).
 set -euo pipefail

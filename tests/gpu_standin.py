@@ -8,7 +8,10 @@ No GPU exists on this project's machines, so `--cudagraphs` is tested here:
   was written during it gets its old bytes back, and so does the RNG. A host read during the capture (`.item()`,
   `nonzero`, ...) raises, as it does on CUDA. Later calls copy the inputs into the static buffers, replay the tape on
   the same tensors (outputs written into the captured ones) and clone the outputs: Python does not run again, exactly
-  as a CUDA graph freezes it. With `--compile`, use the `aot_eager` backend (`compile_through_dispatcher()`):
+  as a CUDA graph freezes it. A random op on the tape draws again at every replay, as CUDA's generator does in a
+  captured graph (its philox offset moves on at each replay); `cuda_graphs_on_cpu(freeze_draws=True)` instead
+  replays the values it drew at the capture: the fault a graph with a frozen seed would have, which
+  benchmarks/gpu_check.py must catch. With `--compile`, use the `aot_eager` backend (`compile_through_dispatcher()`):
   inductor's CPU kernels bypass the dispatcher, so the tape would see nothing.
 - The same context records the capture contract of every CudaGraphModule call (`CONTRACTS`): tensor inputs only,
   none requiring grad, the same shapes and dtypes each call, bytes copied in per call, and whether anything was
@@ -70,9 +73,9 @@ class _Tape(TorchDispatchMode):
     # a higher-order op (the invoke_subgraph of a nested compile region under aot_eager) comes here whole
     supports_higher_order_operators = True
 
-    def __init__(self):
+    def __init__(self, freeze_draws=False):
         super().__init__()
-        self.ops, self.saved, self.new = [], {}, set()
+        self.ops, self.saved, self.new, self.freeze_draws = [], {}, set(), freeze_draws
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -101,14 +104,17 @@ class _Tape(TorchDispatchMode):
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and _storage_key(t) not in inputs:
                 self.new.add(_storage_key(t))
-        self.ops.append((func, args, kwargs, out))
+        drawn = None  # a random op's values at the capture, replayed as they are where draws are frozen
+        if self.freeze_draws and torch.Tag.nondeterministic_seeded in func.tags:
+            drawn = [t.clone() if isinstance(t, torch.Tensor) else t for t in tree_flatten(out)[0]]
+        self.ops.append((func, args, kwargs, out, drawn))
         return out
 
     def replay(self):
         with torch.no_grad():
-            for func, args, kwargs, out in self.ops:
-                again = func(*args, **kwargs)
-                for old, new in zip(tree_flatten(out)[0], tree_flatten(again)[0], strict=True):
+            for func, args, kwargs, out, drawn in self.ops:
+                again = drawn if drawn is not None else tree_flatten(func(*args, **kwargs))[0]
+                for old, new in zip(tree_flatten(out)[0], again, strict=True):
                     if isinstance(old, torch.Tensor) and new is not old:
                         old.copy_(new)
 
@@ -123,10 +129,13 @@ class _Graph:
         self.tape.replay()
 
 
+_FREEZE_DRAWS = [False]  # cuda_graphs_on_cpu(freeze_draws=...) while it is open
+
+
 @contextlib.contextmanager
 def _capture(graph, stream=None, **_):
     rng = torch.random.get_rng_state()
-    tape = _Tape()
+    tape = _Tape(_FREEZE_DRAWS[0])
     try:
         with tape:
             yield
@@ -252,14 +261,17 @@ def _accept_cpu(cls, x):
 
 
 @contextlib.contextmanager
-def cuda_graphs_on_cpu():
+def cuda_graphs_on_cpu(freeze_draws=False):
     """CudaGraphModule captures and replays on the CPU, and records its contract (CONTRACTS) while this is open.
 
-    Also lets optimizers take `capturable=True` on the CPU, as they do on CUDA."""
+    Also lets optimizers take `capturable=True` on the CPU, as they do on CUDA. freeze_draws: a planted fault, every
+    replay gives a random op the values it drew at the capture (a graph whose seed and offset were frozen)."""
     CONTRACTS.clear()
     module = tensordict_cudagraphs.CudaGraphModule
     supported = importlib.import_module("torch.optim.optimizer")._get_capturable_supported_devices
     with contextlib.ExitStack() as stack:
+        _FREEZE_DRAWS[0] = freeze_draws
+        stack.callback(_FREEZE_DRAWS.__setitem__, 0, False)
         stack.enter_context(mock.patch.object(tensordict_cudagraphs, "torch", _TorchWithFakeCuda()))
         stack.enter_context(mock.patch.object(module, "_check_device_and_clone", classmethod(_accept_cpu)))
         stack.enter_context(mock.patch.object(module, "_check_device_and_grad", classmethod(_accept_cpu)))
@@ -455,9 +467,19 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True, r
     read(tmp_path) returns where given (a resumed run: two results lines)."""
     from conftest import main_args, run_in
 
+    args = main_args(module, flags, tmp_path)
+    with as_on_cuda(module, args, cudagraphs, force_capturable):
+        module.main(args)
+    return (read or run_in)(tmp_path)
+
+
+@contextlib.contextmanager
+def as_on_cuda(module, args, cudagraphs=True, force_capturable=True, freeze_draws=False):
+    """What run_main runs module.main(args) in (args: the script's parsed Args, on the CPU): the stand-in open,
+    optimizers capturable, --compile through the dispatcher; open also after main returns, for a captured function
+    to be called again (benchmarks/gpu_check.py's draws). freeze_draws: see cuda_graphs_on_cpu."""
     from leanrl import bookkeeping as bk
 
-    args = main_args(module, flags, tmp_path)
     torch._dynamo.reset()
     with contextlib.ExitStack() as stack:
         if cudagraphs:
@@ -472,7 +494,7 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True, r
                     args.cudagraphs = True
 
             stack.enter_context(mock.patch.object(bk, "check_flags", check_flags_as_on_cuda))
-        stack.enter_context(cuda_graphs_on_cpu())  # also lets capturable optimizers run on the CPU
+        stack.enter_context(cuda_graphs_on_cpu(freeze_draws))  # also lets capturable optimizers run on the CPU
         if cudagraphs == "uncaptured":
             stack.enter_context(mock.patch.object(module, "CudaGraphModule", lambda fn, **_: fn))
         if force_capturable:
@@ -482,8 +504,7 @@ def run_main(module, flags, tmp_path, cudagraphs=False, force_capturable=True, r
                 stack.enter_context(mock.patch.object(module, "make_radam", _capturable(module.make_radam)))
         if getattr(args, "compile", False):  # eager scripts have no --compile
             stack.enter_context(compile_through_dispatcher())
-        module.main(args)
-    return (read or run_in)(tmp_path)
+        yield
 
 
 def _capturable(adam):

@@ -107,6 +107,32 @@ def test_the_capture_undoes_its_writes_and_its_rng():
     torch.testing.assert_close(after_capture, after_one_step, rtol=0, atol=0)
 
 
+def draws(x, out):
+    """A captured function of random ops, in place and not: noise (randn_like), coins (rand), indices (randint)."""
+    out.uniform_()
+    return x + torch.randn_like(x), torch.rand(3) < 0.5, torch.randint(2**62, (4,)) % 7, out.clone()
+
+
+@pytest.mark.parametrize("freeze", [False, True], ids=["fresh", "frozen"])
+def test_replays_draw_anew_as_cuda_graphs_do_and_frozen_repeat_the_capture(freeze):
+    """Each replay draws new numbers from the generator (a CUDA graph moves its philox offset on at each replay); with
+    freeze_draws, the planted fault of benchmarks/gpu_check.py's test, every replay gives the capture's draws."""
+    with cuda_graphs_on_cpu(freeze_draws=freeze):
+        torch.manual_seed(0)
+        fn, x, out = CudaGraphModule(draws, warmup=1), torch.zeros(5), torch.zeros(6)
+        calls = [fn(x, out) for _ in range(7)]  # a warm-up call, the capture, then replays
+    replays = calls[2:]
+    for a, b in zip(replays, replays[1:]):
+        same = [torch.equal(u, v) for u, v in zip(a, b, strict=True)]
+        assert same == ([True] * 4 if freeze else [False, same[1], same[2], False]), same
+    if not freeze:  # coins and indices may repeat by chance between two replays, never over all five
+        assert len({tuple(c[1].tolist()) + tuple(c[2].tolist()) for c in replays}) > 1
+    with cuda_graphs_on_cpu():  # the fault ends with its context
+        fn = CudaGraphModule(draws, warmup=1)
+        *_, second, third = (fn(x, out)[0] for _ in range(4))
+    assert not torch.equal(second, third)
+
+
 def test_compiled_through_the_dispatcher_the_tape_sees_the_ops():
     with compile_through_dispatcher(), cuda_graphs_on_cpu() as contracts:
         torch._dynamo.reset()

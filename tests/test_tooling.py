@@ -522,3 +522,42 @@ def test_a_run_forked_from_the_preloaded_process_is_the_run_a_fresh_process_make
         both = list(pool.map(bad, [1, 2]))
     assert [proc.stderr.strip()[-2:] for proc in both] == ["-1", "-2"] and {proc.returncode for proc in both} == {2}
     assert 1 <= PRELOADED.forked - served <= 2
+
+
+# words of a machine lent for a limited time, or of folders outside the repository: the product's own files describe
+# running on the user's machine after the README's install (a clone has no ../shared, no kit, no lease)
+NOT_THE_PRODUCTS_WORDS = {
+    "a folder outside the repository": r"\.\./shared|(?<![\w.-])shared/|kit\.sh|/work/|/tmp/",
+    "a lent machine": r"\blent\b|\blease\b|\bgive_back\b|\bfiles_at\b|\bbudget_left",
+    "a limit of a lent machine": r"\bc[oa]mes? back\b|\bcall's (minutes|limit|time)\b|\bdevice time left\b",
+}
+
+
+def words_of_elsewhere(name, text):
+    """['name:line: what (the words)'] for each outside folder or lent machine's limit that the text names."""
+    return [
+        f"{name}:{number}: {what} ({m.group(0)})"
+        for number, line in enumerate(text.splitlines(), 1)
+        for what, pattern in NOT_THE_PRODUCTS_WORDS.items()
+        for m in re.finditer(pattern, line, re.IGNORECASE)
+    ]
+
+
+def test_the_docs_speak_of_the_users_machine_only():
+    """README, docs/ (archive and GPU runs' pages included) and benchmarks/ (markdown, shell, Python) name no folder
+    outside the repository and no lent machine or its limits. The check finds each kind of word in a planted text
+    and passes its honest neighbours ('shared lanes', 'came in', 'talented')."""
+    paths = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    paths += [p for ext in ("md", "sh", "py") for p in sorted((ROOT / "benchmarks").rglob(f"*.{ext}"))]
+    assert [hit for p in paths for hit in words_of_elsewhere(p.relative_to(ROOT), p.read_text())] == []
+    planted = "Install with ../shared/gpu/kit.sh on the lent machine.\nAt most 7 files come back; the lease ends.\n"
+    planted += "A call's minutes are few; results in /tmp/x.\nFigures from shared lanes; it came in; a talented run.\n"
+    assert [hit.split(" (")[0] for hit in words_of_elsewhere("planted", planted)] == [
+        "planted:1: a folder outside the repository",  # ../shared (its shared/ is the same words)
+        "planted:1: a folder outside the repository",  # kit.sh
+        "planted:1: a lent machine",
+        "planted:2: a lent machine",
+        "planted:2: a limit of a lent machine",
+        "planted:3: a folder outside the repository",
+        "planted:3: a limit of a lent machine",
+    ]
