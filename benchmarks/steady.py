@@ -349,7 +349,14 @@ def peer_argv_for(peer, argv, script):
 def peer_versions(venv):
     """The installed versions of the peers' packages (and torch) in `venv`: {name: version}."""
     names = sorted({name for names in PACKAGES.values() for name in names} | {"torch"})
-    code = "import importlib.metadata as m, json, sys; print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
+    code = """import importlib.metadata as m, json, sys
+found = {}
+for name in sys.argv[1:]:
+    try:
+        found[name] = m.version(name)
+    except m.PackageNotFoundError:
+        pass
+print(json.dumps(found))"""
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code, *names], capture_output=True, text=True)
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
