@@ -10,6 +10,8 @@
 # and nothing is downloaded twice. TorchRL's sota-implementations (sac, td3, ppo, dqn) are the .py files of the
 # torchrl 0.14.1 wheel, copied to DIR/torchrl-sota/<algo>/; the wheel lacks their hydra configs, which are kept here
 # (benchmarks/peers/torchrl_configs/, MIT, from pytorch/rl at ae9719f, whose scripts are byte for byte the wheel's).
+# pip may warn that leanrl needs tensordict 0.15: it sees the project's metadata through that line, but the peers'
+# venv never imports leanrl (the harness runs it with nothing of ours on its path).
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 DIR (a new venv, outside the repository)" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
