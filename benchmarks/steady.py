@@ -261,8 +261,11 @@ def script_values(argv, script):
     values = {}
     for node in getattr(args, "body", []):
         if isinstance(node, ast.AnnAssign) and node.value is not None:
-            with contextlib.suppress(Exception):  # a literal, or int(1e6)
-                values[node.target.id] = eval(ast.unparse(node.value), {"__builtins__": {}, "int": int, "float": float})
+            value, cast = node.value, None
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) in ("int", "float") and value.args:
+                value, cast = value.args[0], {"int": int, "float": float}[value.func.id]  # int(1e6)
+            with contextlib.suppress(ValueError, TypeError, SyntaxError):  # not a literal (a Path, a call): left out
+                values[node.target.id] = (cast or (lambda x: x))(ast.literal_eval(value))
     for k, word in enumerate(argv[1:], 1):
         if not word.startswith("--"):
             continue
