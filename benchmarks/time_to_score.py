@@ -31,7 +31,8 @@ and PQN to 475 on CartPole-v1, PPO continuous and SAC to 3,000 on HalfCheetah-v4
 --sb3 VENV times SB3 instead, on the same env to the same target: benchmarks/peers/sb3_zoo.py run by VENV/bin/python
 (benchmarks/peers/install.sh) with rl-baselines3-zoo's tuned settings for the algorithm of --script (dqn, ppo,
 ppo_continuous_action, sac_continuous_action): what an SB3 user runs. It writes a returns.csv and a results line as
-our scripts do (its sps: from launch, it has no burn-in); the record's script is sb3_zoo.py, with sb3_algo.
+our scripts do (its sps: from its start, after its imports; it has no burn-in); the record's script is sb3_zoo.py,
+with sb3_algo.
 """
 
 import argparse
