@@ -10,13 +10,16 @@
 #                            an older commit (a git worktree) in turn with this one and adds the ratios; --peer DIR
 #                            runs LeanRL's scripts (DIR/leanrl/<script>.py, patched to run on today's libraries: see
 #                            docs/cpu-speed.md) as one more side at the same budgets and adds the ratio ours/peer
-#                            (LeanRL has no dqn_atari_envpool or r2d2_atari_envpool: those rows are ours alone)
+#                            (LeanRL has no dqn_atari_envpool or r2d2_atari_envpool: those rows are ours alone);
+#                            --peers VENV adds SB3 and TorchRL's sota-implementations (a venv made by
+#                            benchmarks/peers/install.sh VENV) as two more sides for the pairs they share (SAC, TD3,
+#                            PPO continuous, DQN), TorchRL with its compile option as ours, and the ratios ours/each
 # Options: --only "PAIR ..."   --seeds "1 2"   --timesteps N (replaces every run's --total-timesteps)
 #          --extra "FLAGS" (added to every run)   --results-dir DIR (default: a new folder for each invocation,
 #          runs/speed-<UTC time>, runs/learning-..., runs/steady-...: its tables hold exactly this command's runs;
 #          a DIR you name collects every invocation you point at it, listed in DIR/command.txt)
-#          --no-plot   --publish   --rounds K (--steady)   --base DIR, --peer DIR (--steady; relative paths from
-#          this clone)
+#          --no-plot   --publish   --rounds K (--steady)   --base DIR, --peer DIR, --peers VENV (--steady; relative
+#          paths from this clone)
 # Fast configurations: the PQN and PPO Atari twins' FAST_FLAGS (flags only; their --help and docs/usage.md show
 # them). The runs here keep CleanRL's defaults (the eager scripts lack --async-envs and --env-threads, so --extra
 # cannot carry them); benchmarks/time_to_score.sh runs a twin in its fast configuration to CleanRL's score.
@@ -48,10 +51,10 @@ die() { echo "run.sh: error: $*" >&2; exit 2; }
 
 command="./run.sh"  # as typed, quoted where needed: the tables name the command that measured them
 for arg in "$@"; do command+=" $(printf '%q' "$arg")"; done
-mode=speed quick=0 seeds="" only="" timesteps="" extra="" dir="" dir_given="" plot=1 publish=0 steady=0 rounds="" base="" peer=""
+mode=speed quick=0 seeds="" only="" timesteps="" extra="" dir="" dir_given="" plot=1 publish=0 steady=0 rounds="" base="" peer="" peers=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --seeds | --only | --timesteps | --extra | --results-dir | --rounds | --base | --peer)
+    --seeds | --only | --timesteps | --extra | --results-dir | --rounds | --base | --peer | --peers)
       [ $# -ge 2 ] || die "$1 needs a value" ;;
   esac
   case "$1" in
@@ -61,6 +64,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift ;;
     --base) base=$2; shift ;;
     --peer) peer=$2; shift ;;
+    --peers) peers=$2; shift ;;
     --seeds) seeds=$2; shift ;;
     --only) only=$2; shift ;;
     --timesteps) timesteps=$2; shift ;;
@@ -87,6 +91,8 @@ chosen() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }  # --only "PAIR ..."
 [ -z "$rounds$base$peer" ] || [ "$steady" = 1 ] || die "--rounds, --base and --peer go with --steady"
 [ -z "$rounds" ] || [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer, got '$rounds'"
 [ -z "$base" ] || [ -d "$base/leanrl" ] || die "--base $base is not a leanrl checkout (no leanrl/ folder)"
+[ -z "$peers" ] || [ "$steady" = 1 ] || die "--peers goes with --steady"
+[ -z "$peers" ] || [ -x "$peers/bin/python" ] || die "--peers $peers is not a venv made by benchmarks/peers/install.sh"
 [ -z "$peer" ] || [ -d "$peer/leanrl" ] || die "--peer $peer has no leanrl/ folder of LeanRL's scripts (leanrl/<script>.py)"
 [ -z "$timesteps" ] || [[ "$timesteps" =~ ^[1-9][0-9]*$ ]] || die "--timesteps must be a positive integer, got '$timesteps'"
 for seed in $seeds; do [[ "$seed" =~ ^[0-9]+$ ]] || die "--seeds takes integers, got '$seed'"; done
@@ -218,6 +224,7 @@ if [ "$steady" = 1 ]; then
   sides=(--side "new=$PWD")
   [ -z "$base" ] || sides=(--side "base=$base" "${sides[@]}")
   [ -z "$peer" ] || sides+=(--peer "$peer")  # measured after ours in each round, at the same budgets
+  [ -z "$peers" ] || sides+=(--peer-sb3 "$peers" --peer-torchrl "$peers")
   core=$($py -c "import os; print(max(os.sched_getaffinity(0)))")  # the last core this shell may use
   $py benchmarks/steady.py "${sides[@]}" "${jobs[@]}" --rounds "${rounds:-3}" --cpu "$core" --cold --out "$dir" \
     --command "$command"

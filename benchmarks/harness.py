@@ -3,8 +3,9 @@ machine_line, device_tag; session_machine for a session of whole runs), the repo
 run never replaces a full one; stopped_by_signal: a run stopped by a signal still writes what it measured),
 load_script (a training script as a module, to time its own functions) and the hook in a measured process (hook_env:
 a sitecustomize that calls a benchmark's function in the process it starts; stamp_first_loop: the time of every
-iteration of the script's progress loop). Every benchmark imports it. The hook loads this file in the measured
-process, before the script: its top-level imports are the stdlib's (torch and leanrl are imported where used)."""
+iteration of the script's progress loop; stamp_first_bar: of every update of a bar stepped by hand). Every benchmark
+imports it. The hook loads this file in the measured process, before the script: its top-level imports are the
+stdlib's (torch and leanrl are imported where used)."""
 
 from __future__ import annotations
 
@@ -262,3 +263,24 @@ def stamp_first_loop(on_item, on_end=None):
                 on_end(done, time.time())
 
     tqdm.tqdm = StampedTqdm
+
+
+def stamp_first_bar(on_update):
+    """Wrap tqdm.tqdm so that on_update(n, now) runs after each update of the first bar the process updates, n the sum
+    of its updates so far: the progress of a script that steps its bar by hand (TorchRL's sota-implementations update
+    it with the frames of each collected batch, our SB3 drivers once a rollout). Other bars are not stamped."""
+    import tqdm
+
+    base, claimed = tqdm.tqdm, []
+
+    class StampedBar(base):
+        def update(self, n=1):
+            shown = super().update(n)
+            if not claimed:
+                claimed.append([self, 0])
+            if claimed[0][0] is self:
+                claimed[0][1] += n
+                on_update(claimed[0][1], time.time())
+            return shown
+
+    tqdm.tqdm = StampedBar

@@ -24,6 +24,17 @@ PPO: num_envs * num_steps env steps an item; the off-policy scripts: one vector 
 ends at the env step where our script's burn-in ended in the same round, they run with WANDB_MODE=disabled and without
 the flags their Args lack. The table adds the ratio of the last --side to the peer.
 
+--peer-sb3 VENV and --peer-torchrl VENV add the peers most PyTorch users run instead, each a side after ours in each
+round, run by VENV/bin/python (benchmarks/peers/install.sh VENV: stable-baselines3 and torchrl pinned, the same torch):
+SB3 through a driver per algorithm (benchmarks/peers/sb3_<algo>.py), TorchRL through its own sota-implementations
+(VENV/torchrl-sota/<algo>/, hydra overrides), for the pairs they share (SAC, TD3, PPO continuous, DQN CartPole); the
+work per env step (batch, updates per step, network sizes) set equal to our script's flags and defaults (peer_argv_for:
+the table names the flags a peer cannot follow). TorchRL runs in each row with its compile option as ours (our eager
+script: compile.compile=False, a twin --compile: True); SB3 has none, so a twin's row takes its ratio to SB3 from the
+eager script's SB3 run of the same round. Both step a progress bar by hand (SB3's drivers once a rollout, TorchRL once
+a collected batch): the recorder stamps every update of the first bar (harness.stamp_first_bar), and the warm-up ends
+as the LeanRL peer's does. The table adds the ratio of the last --side to each peer.
+
 Output in --out: steady.md (the table, also printed) for this invocation, steady.jsonl (every measurement, with the
 machine and the commit of each side; appended) and steady_runs/ (each run's log, ticks.csv and results line).
 This file is also loaded inside the measured process (record_ticks): keep its top-level imports to the stdlib.
@@ -31,6 +42,7 @@ This file is also loaded inside the measured process (record_ticks): keep its to
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import re
@@ -52,6 +64,10 @@ TICKS_FROM = "LEANRL_TICKS_FROM"  # "tqdm": a peer's script, stamped through its
 PEER = "peer"  # the peer's side
 PEER_STAMP = "LeanRL (patched, see docs/cpu-speed.md)"  # what the table calls the peer: no local path
 PEER_FOLDER = "<patched LeanRL>"  # and its folder in the command that measured it
+SB3, TORCHRL = "sb3", "torchrl"  # the sides of --peer-sb3 and --peer-torchrl
+VENV_FOLDER = "<peers venv>"  # their venv in the command that measured them
+PACKAGES = {SB3: ("stable-baselines3",), TORCHRL: ("torchrl", "tensordict")}  # stamped by their installed versions
+TORCHRL_FRAMES = 200  # frames per collected batch of TorchRL's off-policy scripts (their default 1,000): see below
 
 # ---------------------------------------------------------------- inside the measured process
 
@@ -64,8 +80,12 @@ def record_ticks(harness):
     ticks_file = os.environ.pop(TICKS_FILE, None)
     if ticks_file is None:
         return
-    if os.environ.pop(TICKS_FROM, None) == "tqdm":
+    source = os.environ.pop(TICKS_FROM, None)
+    if source == "tqdm":
         stamp_tqdm(harness, ticks_file)
+        return
+    if source == "bar":
+        stamp_bar(harness, ticks_file)
         return
 
     class Finder:
@@ -121,6 +141,16 @@ def stamp_tqdm(harness, ticks_file):
             rows.append((done * header["steps_per_item"], now, cpu_time()))
 
     harness.stamp_first_loop(stamp, on_end=stamp)
+    atexit.register(lambda: write_ticks(ticks_file, header, rows))
+
+
+def stamp_bar(harness, ticks_file):
+    """SB3's and TorchRL's side: note (env steps so far, wall time, CPU time) after every update of the first progress
+    bar (its count is env steps), and write them when the process exits."""
+    import atexit
+
+    header, rows = {"source": "bar", "steps_per_item": 1}, []
+    harness.stamp_first_bar(lambda done, now: rows.append((done, now, cpu_time())))
     atexit.register(lambda: write_ticks(ticks_file, header, rows))
 
 
@@ -224,6 +254,116 @@ def peer_argv(argv, script):
     return kept, left_out
 
 
+def script_values(argv, script):
+    """Our run's hyper-parameters: the defaults of `script`'s Args, replaced by the flags of `argv` (tyro's names)."""
+    tree = ast.parse(Path(script).read_text())
+    args = next((node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Args"), None)
+    values = {}
+    for node in getattr(args, "body", []):
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            value, cast = node.value, None
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) in ("int", "float") and value.args:
+                value, cast = value.args[0], {"int": int, "float": float}[value.func.id]  # int(1e6)
+            with contextlib.suppress(ValueError, TypeError, SyntaxError):  # not a literal (a Path, a call): left out
+                values[node.target.id] = (cast or (lambda x: x))(ast.literal_eval(value))
+    for k, word in enumerate(argv[1:], 1):
+        if not word.startswith("--"):
+            continue
+        name, _, value = word[2:].partition("=")
+        name = name.replace("-", "_")
+        if name.startswith("no_"):
+            values[name[3:]] = False
+            continue
+        if not value:
+            value = argv[k + 1] if k + 1 < len(argv) and not argv[k + 1].startswith("--") else "True"
+        try:
+            values[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            values[name] = value
+    return values
+
+
+# flags that change no work per env step (or that the harness sets): a peer need not follow them
+NEUTRAL = {"seed", "measure_burnin", "cuda", "compile", "cudagraphs", "torch_deterministic", "track", "capture_video"}
+SB3_DRIVERS = {  # our pair: the SB3 driver, and our flags it follows
+    "sac_continuous_action": ("sb3_sac.py", {"env_id", "total_timesteps", "learning_starts"}),
+    "td3_continuous_action": ("sb3_td3.py", {"env_id", "total_timesteps", "learning_starts"}),
+    "ppo_continuous_action": ("sb3_ppo.py", {"env_id", "total_timesteps"}),
+    "dqn": ("sb3_dqn.py", {"env_id", "total_timesteps", "learning_starts"}),
+}
+
+
+def peer_argv_for(peer, argv, script):
+    """The command of an SB3 or TorchRL peer for our run `argv` of `script` (our pair's file, eager or twin): (a script
+    relative to the peer's folder and its flags, our flags it cannot follow), or None where it has no such
+    algorithm. Every value that sets the work per env step comes from our run: SB3's drivers hold our defaults
+    (benchmarks/peers/), TorchRL's scripts get theirs as hydra overrides. TorchRL's off-policy scripts collect
+    TORCHRL_FRAMES frames, then run that many updates (utd_ratio 1: one update of a 256 batch per env step, as ours),
+    so that our budgets give them a dozen stamps after our burn-in (their 1,000 would give two)."""
+    pair = Path(script).stem.removesuffix("_torchcompile")
+    values = script_values(argv, script)
+    given = {word[2:].partition("=")[0].replace("-", "_") for word in argv[1:] if word.startswith("--")}
+    given = {name[3:] if name.startswith("no_") and name[3:] in values else name for name in given} - NEUTRAL
+    if peer == SB3:
+        if pair not in SB3_DRIVERS:
+            return None
+        driver, follows = SB3_DRIVERS[pair]
+        words = [f"benchmarks/peers/{driver}", "--env-id", values["env_id"], "--total-timesteps"]
+        words += [str(values["total_timesteps"]), "--seed", str(values.get("seed", 1))]
+        if "learning_starts" in follows:
+            words += ["--learning-starts", str(values["learning_starts"])]
+        return words, sorted(given - follows)
+    total, env = values["total_timesteps"], values["env_id"]
+    common = ["logger.backend=", f"compile.compile={'--compile' in argv}"]  # no wandb; its compile option as ours
+    if pair in ("sac_continuous_action", "td3_continuous_action"):
+        algo = pair[:3]
+        follows = {"env_id", "total_timesteps", "learning_starts", "batch_size", "buffer_size"}
+        words = [f"{algo}/{algo}.py", f"env.name={env}", f"collector.total_frames={total}",
+                 f"collector.init_random_frames={values['learning_starts']}",
+                 f"collector.frames_per_batch={TORCHRL_FRAMES}", "collector.env_per_collector=1", "optim.utd_ratio=1.0",
+                 f"optim.batch_size={values['batch_size']}",
+                 f"replay_buffer.size={values['buffer_size']}", "network.hidden_sizes=[256,256]"]  # fmt: skip
+        if algo == "td3":
+            follows.add("policy_frequency")
+            words.append(f"optim.policy_update_delay={values['policy_frequency']}")
+        return words + common, sorted(given - follows)
+    if pair == "ppo_continuous_action":
+        follows = {"env_id", "total_timesteps", "num_steps", "num_minibatches", "update_epochs"}
+        frames = values["num_steps"] * values["num_envs"]
+        words = ["ppo/ppo_mujoco.py", f"env.env_name={env}", f"collector.total_frames={total}",
+                 f"collector.frames_per_batch={frames}", f"loss.mini_batch_size={frames // values['num_minibatches']}",
+                 f"loss.ppo_epochs={values['update_epochs']}", f"logger.test_interval={2 * total}"]  # fmt: skip
+        return words + common, sorted(given - follows)
+    if pair == "dqn":  # batches of 1,000 frames (theirs), train_frequency's share of updates each
+        freq = values["train_frequency"]
+        follows = {"env_id", "total_timesteps", "learning_starts", "batch_size", "buffer_size", "train_frequency",
+                   "target_network_frequency", "exploration_fraction"}  # fmt: skip
+        words = ["dqn/dqn_cartpole.py", f"env.env_name={env}", f"collector.total_frames={total}",
+                 f"collector.init_random_frames={values['learning_starts']}", "collector.frames_per_batch=1000",
+                 f"loss.num_updates={1000 // freq}",
+                 f"loss.hard_update_freq={values['target_network_frequency'] // freq}",
+                 f"buffer.batch_size={values['batch_size']}", f"buffer.buffer_size={values['buffer_size']}",
+                 f"collector.annealing_frames={int(values['exploration_fraction'] * total)}",
+                 f"logger.test_interval={2 * total}"]  # fmt: skip
+        return words + common, sorted(given - follows)
+    return None
+
+
+def peer_versions(venv):
+    """The installed versions of the peers' packages (and torch) in `venv`: {name: version}."""
+    names = sorted({name for names in PACKAGES.values() for name in names} | {"torch"})
+    code = """import importlib.metadata as m, json, sys
+found = {}
+for name in sys.argv[1:]:
+    try:
+        found[name] = m.version(name)
+    except m.PackageNotFoundError:
+        pass
+print(json.dumps(found))"""
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code, *names], capture_output=True, text=True)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
 # ---------------------------------------------------------------- one run
 
 
@@ -236,16 +376,23 @@ def recording_env(folder):
     return env
 
 
-def measure(argv, root, folder, start_env, cpu=None, cold=False, warmup_s=0.0, peer=False, burnin_steps=None):
+def measure(
+    argv, root, folder, start_env, cpu=None, cold=False, warmup_s=0.0, peer=None, burnin_steps=None, python=None
+):
     """Run `argv` (a script relative to `root`, and its flags) once in `folder`; its figures as a dict. A `peer`
-    script is stamped through its tqdm loop, its warm-up ending at `burnin_steps` env steps."""
+    script is stamped through its tqdm loop ("tqdm": LeanRL's) or its progress bar's updates ("bar": SB3's drivers,
+    TorchRL's scripts, run by `python`, their venv's), its warm-up ending at `burnin_steps` env steps."""
     folder.mkdir(parents=True)
     results, ticks = folder / "results.jsonl", folder / "ticks.csv"
-    cmd = [sys.executable, str(root / argv[0]), *argv[1:], *([] if peer else ["--results-file", str(results)])]
+    cmd = [python or sys.executable, str(root / argv[0]), *argv[1:]]
+    cmd += [] if peer else ["--results-file", str(results)]
     env = dict(start_env, **{TICKS_FILE: str(ticks)})
     if peer:  # LeanRL's scripts call wandb.init unless it is disabled
-        env.update({TICKS_FROM: "tqdm", "WANDB_MODE": "disabled"})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env["PYTHONPATH"]]))  # this side's leanrl first
+        env.update({TICKS_FROM: peer, "WANDB_MODE": "disabled"})
+    if python:  # its venv's packages alone: on its path only the hook's folder (hook_env put it first)
+        env["PYTHONPATH"] = env["PYTHONPATH"].split(os.pathsep)[0]
+    else:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env["PYTHONPATH"]]))  # this side's leanrl first
     if cpu is not None:
         cmd, env["OMP_NUM_THREADS"] = ["taskset", "-c", str(cpu), *cmd], "1"
     cache = Path(tempfile.mkdtemp(prefix="steady-inductor-")) if cold else None
@@ -284,13 +431,14 @@ def measure(argv, root, folder, start_env, cpu=None, cold=False, warmup_s=0.0, p
 
 
 def measure_peer(code, ticks, start, burnin_steps, warmup_s, log):
-    """The figures of a peer's run from its tqdm stamps: no results line, so its status is its exit code's."""
+    """The figures of a peer's run from its stamps: no results line, so its status is its exit code's."""
     record = dict(exit_code=code, status="ok" if code == 0 else f"error: exit code {code}", device=None, log=log)
     if not ticks.exists():
         record["status"] += ", no progress loop stamped"
         return record
     header, rows = read_ticks(ticks)
-    record.update(source="tqdm", ticks=str(ticks), steps_per_item=header["steps_per_item"], burnin_steps=burnin_steps)
+    record.update(source=header["source"], ticks=str(ticks), steps_per_item=header["steps_per_item"])
+    record["burnin_steps"] = burnin_steps
     record["steps"] = rows[-1][0] if rows else 0
     if burnin_steps is None:
         record["status"] += ", but no burn-in to match: no run of our script with ticks in this round"
@@ -333,18 +481,25 @@ def iteration_times(runs):
     return f"{median} ({p10}–{p90})"
 
 
-def table(records, sides, ratios=None, absent=()):
+def table(records, sides, ratios=None, absent=(), shared=None):
     """One row per run and side; each (side, base) of `ratios` (default: every side after the first, to the first)
     gets the side's ratio to the base, per round, for both speeds, in the side's row. A (label, side) in `absent` is
-    a script that side lacks."""
+    a script that side lacks; one in `shared` ((label, side): other label) is that side's run of the other label
+    (SB3, which has no compile option, in a twin's row), its ratios paired with those runs."""
     ratios = [(s, sides[0]) for s in sides[1:]] if ratios is None else ratios
-    labels = list(dict.fromkeys([r["label"] for r in records] + [label for label, _ in absent]))
+    shared = shared or {}
+    labels = list(dict.fromkeys([r["label"] for r in records] + [label for label, _ in [*absent, *shared]]))
     head = "| run | side | rounds ok | steps/CPU-s | steps/s | warm-up s | CPU-s in warm-up | ms/iteration (p10–p90) |"
     lines = [head + "".join(f" {s}/{b}, CPU-s | {s}/{b}, wall |" for s, b in ratios)]
     lines.append("|---" * (8 + 2 * len(ratios)) + "|")
     for label in labels:
-        by_side = {side: [r for r in records if r["label"] == label and r["side"] == side] for side in sides}
+        by_side = {side: [r for r in records if r["label"] == shared.get((label, side), label) and r["side"] == side]
+                   for side in sides}  # fmt: skip
         for side in sides:
+            if (label, side) in shared:
+                same = [f"`{label}`", side, f"its `{shared[label, side]}` run"] + ["—"] * 5 + [""] * (2 * len(ratios))
+                lines.append("| " + " | ".join(same) + " |")
+                continue
             if (label, side) in absent:
                 no_script = [f"`{label}`", side, "no such script"] + ["—"] * 5 + [""] * (2 * len(ratios))
                 lines.append("| " + " | ".join(no_script) + " |")
@@ -395,6 +550,13 @@ def parse(argv, fail):
                         help="LeanRL's scripts (DIR/leanrl/<script>.py, patched to run: see docs/cpu-speed.md), "
                         "measured after ours in each round as the side named peer; the table adds the ratio of the "
                         "last --side to it")  # fmt: skip
+    parser.add_argument("--peer-sb3", metavar="VENV", type=Path,
+                        help="stable-baselines3 in VENV (benchmarks/peers/install.sh), through benchmarks/peers/"
+                        "sb3_<algo>.py, measured after ours in each round as the side named sb3")  # fmt: skip
+    parser.add_argument("--peer-torchrl", metavar="VENV", type=Path,
+                        help="TorchRL's sota-implementations in VENV/torchrl-sota (benchmarks/peers/install.sh), "
+                        "with its compile option as ours, measured after ours in each round as the side named "
+                        "torchrl")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="runs of each script on each side (default 3)")
     parser.add_argument("--cpu", type=int, help="pin each run to this core (taskset -c); one torch thread")
     parser.add_argument("--cold", action="store_true", help="an empty inductor cache for each run")
@@ -438,6 +600,14 @@ def main(argv=None):
         if PEER in sides or not (Path(args.peer) / "leanrl").is_dir():
             fail(f"--peer {args.peer}: give a folder with leanrl/<script>.py, and no --side named {PEER}")
         sides[PEER] = Path(args.peer).resolve()
+    venvs = {SB3: args.peer_sb3, TORCHRL: args.peer_torchrl}
+    venvs = {name: venv.resolve() for name, venv in venvs.items() if venv is not None}
+    for name, venv in venvs.items():
+        need = venv / "torchrl-sota" if name == TORCHRL else venv / "bin" / "python"
+        if name in sides or not (venv / "bin" / "python").is_file() or not need.exists():
+            fail(f"--peer-{name} {venv}: give a venv made by benchmarks/peers/install.sh (no {need}), "
+                 f"and no --side named {name}")  # fmt: skip
+        sides[name] = venv / "torchrl-sota" if name == TORCHRL else ROOT
     jobs = {}
     for run in args.run:
         words = shlex.split(run)
@@ -450,28 +620,45 @@ def main(argv=None):
     if len(jobs) < len(args.run):  # two runs of one script and variant: name them by all their flags
         jobs = {" ".join(words): words for words in map(shlex.split, args.run)}
     # the peer runs the same script with the same flags, less those it lacks; a script it lacks is left out
-    peer_jobs, absent, left_out = {}, set(), {}
+    peer_jobs, absent, left_out, shared = {}, set(), {}, {}  # keyed by (label, peer side)
     for label, words in jobs.items() if args.peer is not None else ():
         if (sides[PEER] / words[0]).is_file():
-            peer_jobs[label], left_out[label] = peer_argv(words, sides[PEER] / words[0])
+            peer_jobs[label, PEER], left_out[label, PEER] = peer_argv(words, sides[PEER] / words[0])
         else:
             absent.add((label, PEER))
+    # SB3 and TorchRL: their script for our pair, with our work per env step; SB3 once a pair (no compile option)
+    for name in venvs:
+        for label, words in jobs.items():
+            pair = Path(words[0]).stem.removesuffix("_torchcompile")
+            ran = [other for other in peer_jobs if other[1] == name and Path(jobs[other[0]][0]).stem.removesuffix(
+                "_torchcompile") == pair]  # fmt: skip
+            command = peer_argv_for(name, words, sides[ours[-1]] / words[0])
+            if command is None:
+                absent.add((label, name))
+            elif name == SB3 and ran:
+                shared[label, name] = ran[0][0]
+            else:
+                peer_jobs[label, name], left_out[label, name] = command
 
     session = datetime.now(UTC)
     if len(sides) > 1:  # $LEANRL_COMMIT names one checkout's commit: each side is stamped by its own git
         os.environ.pop("LEANRL_COMMIT", None)
-    commits = {name: bk.source_commit(root) for name, root in sides.items() if name != PEER}
+    peers = [name for name in (PEER, SB3, TORCHRL) if name in sides]
+    commits = {name: bk.source_commit(root) for name, root in sides.items() if name not in peers}
+    versions = {name: peer_versions(venv) for name, venv in venvs.items()}
     stamp = machine_info()
     machine = dict(pinned=args.cpu, load_avg=stamp["load_average_at_start"])
     machine.update({k: stamp[k] for k in ("cpu", "cpu_count", "torch", "python")})
     hook = Path(tempfile.mkdtemp(prefix="steady-hook-"))
     start_env = recording_env(hook)
     runs_dir = args.out / "steady_runs" / session.strftime("%Y%m%d-%H%M%S")
-    order = schedule(list(jobs), list(sides), args.rounds, absent)
+    order = schedule(list(jobs), list(sides), args.rounds, absent | set(shared))
     records = []
     for n, (r, label, side) in enumerate(order, 1):
         folder = runs_dir / re.sub(r"[^\w.-]+", "_", f"{n:03d}_{side}_{label}")
-        words, peer = (peer_jobs[label], dict(peer=True)) if side == PEER else (jobs[label], {})
+        words, peer = (peer_jobs[label, side], dict(peer="tqdm")) if side in peers else (jobs[label], {})
+        if side in venvs:
+            peer.update(peer="bar", python=str(venvs[side] / "bin" / "python"))
         if peer:  # its warm-up ends where our script's (the last side's, this round) ended its burn-in
             ran = [x for x in ok_runs(records) if (x["round"], x["label"], x["side"]) == (r, label, ours[-1])]
             peer["burnin_steps"] = ran[0].get("burnin_steps") if ran else None
@@ -496,12 +683,17 @@ def main(argv=None):
     named = ", ".join(f"{name} = {commit or 'no git'}" for name, commit in commits.items())
     if args.peer is not None:  # not its folder, a local path: where it comes from is in the docs
         named += f", {PEER} = {PEER_STAMP}"
-    ratios = [(s, ours[0]) for s in ours[1:]] + ([(ours[-1], PEER)] if args.peer is not None else [])
+    for name, found in versions.items():  # by the versions its venv has: no local path
+        named += f", {name} = " + " ".join(f"{package} {found.get(package, '?')}" for package in PACKAGES[name])
+        named += f" (torch {found.get('torch', '?')})"
+    ratios = [(s, ours[0]) for s in ours[1:]] + [(ours[-1], peer) for peer in peers]
     by = args.command or shlex.join(["python3", "benchmarks/steady.py", *(argv or sys.argv[1:])])
-    if args.peer is not None:  # the peer's folder is a local path too, as typed, shlex- or bash-quoted (run.sh)
-        quoted = {shlex.quote(args.peer), re.sub(r"([^\w@%+=:,./-])", r"\\\1", args.peer)}
+    typed_folders = [(str(args.peer), PEER_FOLDER)] if args.peer is not None else []
+    typed_folders += [(str(typed), VENV_FOLDER) for typed in (args.peer_sb3, args.peer_torchrl) if typed is not None]
+    for folder, stand_in in typed_folders:  # local paths too, as typed, shlex- or bash-quoted (run.sh)
+        quoted = {shlex.quote(folder), re.sub(r"([^\w@%+=:,./-])", r"\\\1", folder)}
         for typed in sorted(quoted, key=len, reverse=True):
-            by = by.replace(typed, PEER_FOLDER)
+            by = by.replace(typed, stand_in)
     pin = f"pinned to core {args.cpu}" if args.cpu is not None else "not pinned"
     devices = ", ".join(sorted({r["device"] for r in records if r["device"]})) or "no device reported"
     text = (
@@ -515,17 +707,18 @@ def main(argv=None):
         + "; medians over the rounds (min–max); warm-up: process start to the end of the burn-in; "
         "ratios paired by round."
         + (
-            f" The {PEER}'s runs are timed by their progress loop (no results line) from the env step where ours "
-            "ended its burn-in in the same round."
-            if args.peer is not None
+            f" The peers' runs ({', '.join(peers)}) are timed by their progress (no results line) from the env step "
+            "where ours ended its burn-in in the same round; a peer's ms/iteration is the time between its stamps "
+            f"(SB3: a rollout; TorchRL: a collected batch, {TORCHRL_FRAMES} frames off-policy)."
+            if peers
             else ""
         )
         + "\n\n"
-        + table(records, list(sides), ratios, absent)
+        + table(records, list(sides), ratios, absent, shared)
         + "\n"
     )
-    text += "".join(f"\nFlags the {PEER} lacks, left out of its `{label}` runs: {' '.join(flags)}"
-                    for label, flags in left_out.items() if flags)  # fmt: skip
+    text += "".join(f"\nFlags the {side} lacks, left out of its `{label}` runs: {' '.join(flags)}"
+                    for (label, side), flags in left_out.items() if flags)  # fmt: skip
     failed = [r for r in records if r not in ok_runs(records)]
     text += "".join(f"\nFailed: round {r['round']} {r['side']} `{r['label']}`: {r['status']}, see {r['log']}"
                     for r in failed)  # fmt: skip

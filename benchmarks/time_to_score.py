@@ -25,7 +25,14 @@ plots/plot.py --time-to-score OUT/time_to_score.jsonl draws the curves beside th
 Targets (--target overrides): CleanRL's 10M-step Breakout-v5 scores as the spec rounds them, PQN 385 (CleanRL
 pqn_atari_envpool 384.85 +- 12.39), PPO 400 (CleanRL's JAX ppo_atari_envpool_xla_jax_scan: 423.90 +- 5.49; the spec's
 bar is 400). The published end points: plots/published_time_to_score.csv. pqn_device_env.py (CartPole-v1 as tensors):
-475, CartPole solved, on CartPole-v1 (flags after --, e.g. -- --num-envs 4096 on a GPU).
+475, CartPole solved, on CartPole-v1 (flags after --, e.g. -- --num-envs 4096 on a GPU). On a CPU, beside SB3: DQN, PPO
+and PQN to 475 on CartPole-v1, PPO continuous and SAC to 3,000 on HalfCheetah-v4.
+
+--sb3 VENV times SB3 instead, on the same env to the same target: benchmarks/peers/sb3_zoo.py run by VENV/bin/python
+(benchmarks/peers/install.sh) with rl-baselines3-zoo's tuned settings for the algorithm of --script (dqn, ppo,
+ppo_continuous_action, sac_continuous_action): what an SB3 user runs. It writes a returns.csv and a results line as
+our scripts do (its sps: from its start, after its imports; it has no burn-in); the record's script is sb3_zoo.py,
+with sb3_algo.
 """
 
 import argparse
@@ -50,6 +57,12 @@ DEFAULT_SCRIPT = "leanrl/pqn_atari_envpool_torchcompile.py"
 TARGETS = {"pqn_atari_envpool": 385.0, "ppo_atari_envpool": 400.0}  # by pair: the script's name less _torchcompile
 TARGETS["pqn_device_env"] = 475.0  # CartPole-v1 solved (issue 44: its env on the device, the score in seconds)
 ENVS = {"pqn_device_env": "CartPole-v1"}  # a script's env where it is not Breakout-v5
+# issue 51: time to a score on a CPU, beside SB3 with the zoo's settings (CartPole solved; HalfCheetah 3,000)
+CPU_TARGETS = dict(dqn=475.0, ppo=475.0, pqn=475.0, ppo_continuous_action=3000.0, sac_continuous_action=3000.0)
+ENVS.update(dqn="CartPole-v1", ppo="CartPole-v1", pqn="CartPole-v1", ppo_continuous_action="HalfCheetah-v4",
+            sac_continuous_action="HalfCheetah-v4")  # fmt: skip
+SB3_ALGOS = {"dqn": "dqn", "ppo": "ppo", "ppo_continuous_action": "ppo", "sac_continuous_action": "sac"}
+SB3_DRIVER = ROOT / "benchmarks" / "peers" / "sb3_zoo.py"
 # the dry run: sizes both Atari twins take, a target any finished game reaches (a Breakout score is never negative)
 DRY_FLAGS = "--num-envs 2 --num-steps 16 --num-minibatches 2 --update-epochs 1 --total-timesteps 20000"
 DRY_FLAGS += " --measure-burnin 1"
@@ -161,8 +174,11 @@ def parse(argv):
                         "on a bare machine: the compile counts in full)")  # fmt: skip
     parser.add_argument("--archive", action="store_true", help="pack the run's folder into OUT/<tag>.tar.gz")
     parser.add_argument("--dry-run", action="store_true", help=f"CPU smoke: {DRY_FLAGS}, target 0, 1 game, 30 s")
+    parser.add_argument("--sb3", metavar="VENV", type=Path, help="time SB3 (zoo settings) on the algorithm of --script "
+                        "instead, from VENV (benchmarks/peers/install.sh)")  # fmt: skip
     args = parser.parse_args(argv)
-    defaults = DRY if args.dry_run else dict(target=TARGETS.get(pair_of(args.script)), min_games=100, deadline_s=540.0)
+    target = TARGETS.get(pair_of(args.script), CPU_TARGETS.get(pair_of(args.script)))
+    defaults = DRY if args.dry_run else dict(target=target, min_games=100, deadline_s=540.0)
     defaults = dict(defaults, env_id=ENVS.get(pair_of(args.script), "Breakout-v5"))
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -171,6 +187,9 @@ def parse(argv):
         parser.error(f"no published target for {args.script}: give --target")
     if not (ROOT / args.script).is_file() and not Path(args.script).is_file():
         parser.error(f"--script {args.script}: no such file")
+    if args.sb3 is not None and (pair_of(args.script) not in SB3_ALGOS or not (args.sb3 / "bin" / "python").exists()):
+        parser.error(f"--sb3 {args.sb3}: give a venv made by benchmarks/peers/install.sh, and a --script of "
+                     f"{', '.join(SB3_ALGOS)}")  # fmt: skip
     if args.deadline_s <= 0 or args.min_games < 1:
         parser.error("--deadline-s must be positive and --min-games at least 1")
     return args, extra
@@ -180,7 +199,9 @@ def main(argv=None):
     args, extra = parse(argv)
     script = Path(args.script) if Path(args.script).is_file() else ROOT / args.script
     script = script.resolve()
-    fast = getattr(load_module(script), "FAST_FLAGS", None)  # None: a script without one runs at its defaults
+    sb3 = SB3_ALGOS[pair_of(script)] if args.sb3 is not None else None
+    # None: a script without one runs at its defaults; SB3 runs the zoo's settings
+    fast = None if sb3 else getattr(load_module(script), "FAST_FLAGS", None)
     fast_flags = shlex.split(fast or "")
     info = session_machine()  # before the launch: the harness's imports and CUDA context are not the run's
     info.pop("kind")
@@ -193,7 +214,12 @@ def main(argv=None):
     results_dir.mkdir(parents=True, exist_ok=True)
     results_file = results_dir / "results.jsonl"
     flags = ["--seed", str(args.seed), "--env-id", args.env_id, *fast_flags, *variant, *dry, *extra]
-    cmd = [sys.executable, str(script), *flags, "--results-file", str(results_file)]
+    python = sys.executable
+    if sb3:  # SB3's driver in its venv: no variant flags, the dry run a short budget
+        flags = ["--algo", sb3, "--seed", str(args.seed), "--env-id", args.env_id]
+        flags += ["--total-timesteps", "2000"] if args.dry_run else []
+        python, script = str(args.sb3 / "bin" / "python"), SB3_DRIVER
+    cmd = [python, str(script), *flags, "--results-file", str(results_file)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", WANDB_MODE=os.environ.get("WANDB_MODE", "disabled"))
     if not cuda:
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -201,7 +227,7 @@ def main(argv=None):
     cache = None if args.warm_cache else tempfile.mkdtemp(prefix="time-to-score-inductor-")
     if cache:  # cold: what a first run on a new machine compiles, launch to score
         env["TORCHINDUCTOR_CACHE_DIR"] = cache
-    tag = f"{pair_of(script)}_{time.strftime('%Y%m%d-%H%M%S')}"
+    tag = f"{'sb3_' + sb3 if sb3 else pair_of(script)}_{time.strftime('%Y%m%d-%H%M%S')}"
     tag = next(t for t in (tag, *(f"{tag}-{n}" for n in range(2, 100))) if not (out / f"{t}.log").exists())
     score = Score(args.target, args.min_games, out / f"{tag}.curve.csv")
     tail = Tail(results_dir, {d.name for d in results_dir.iterdir()})
@@ -258,6 +284,7 @@ def main(argv=None):
     record = dict(
         kind="time_to_score",
         script=script.name,
+        sb3_algo=sb3,
         env_id=args.env_id,
         flags=shlex.join(flags),
         fast_flags=fast,

@@ -526,7 +526,7 @@ def steady_brief(table, link):
     out += ["| run | steps/CPU-s | LeanRL's | ours / LeanRL | warm-up s (LeanRL's) |", "|---|---|---|---|---|"]
     peer = {row[0]: row for row in rows if row[1] == "peer"}
     for row in rows:
-        if row[1] != "peer":
+        if row[1] not in ("peer", "sb3", "torchrl"):  # ours (SB3's and TorchRL's columns: the whole table)
             theirs = peer.get(row[0], [""] * 10)
             found = theirs[3] not in ("", "—")
             theirs_sps = median_of(theirs[3]) if found else "—"

@@ -3,6 +3,7 @@ the tick recorder and the results-line fallback on stand-in checkouts, bad input
 
 import json
 import os
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -188,6 +189,8 @@ def test_the_peer_runs_our_flags_less_those_its_args_lack(tmp_path):
         (["--run", "leanrl/nope.py"], "side new has no"),
         (["--rounds", "x"], "invalid int value"),
         (["--peer", "/nonexistent"], "give a folder with leanrl/<script>.py"),
+        (["--peer-sb3", "/nonexistent"], "give a venv made by benchmarks/peers/install.sh"),
+        (["--peer-torchrl", "/tmp"], "give a venv made by benchmarks/peers/install.sh"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_code_2(flags, message, tmp_path, capsys):
@@ -268,3 +271,188 @@ def test_a_peer_side_is_timed_by_its_progress_loop_from_the_step_where_ours_ende
     assert "Flags the peer lacks, left out of its `fake.py` runs: --only-ours" in table
     (row,) = [line for line in table.splitlines() if line.startswith("| `fake.py` | new |")]
     assert row.split(" | ")[8].endswith("x") and row.split(" | ")[9].endswith("x |")  # the ratio ours/peer
+
+
+# ---------------------------------------------------------------- SB3 and TorchRL as peers (stand-ins: CI has no venv)
+
+
+def test_a_twins_row_takes_its_ratio_to_sb3_from_the_eager_scripts_sb3_run_of_the_same_round():
+    def record(label, side, r, sps_cpu):
+        return dict(label=label, side=side, round=r, status="ok", sps_cpu=sps_cpu, sps_wall=sps_cpu / 2)
+
+    eager, twin = "sac_continuous_action.py", "sac_continuous_action_torchcompile.py --compile"
+    records = []
+    for r, (ours, sb3, trl, ours_twin, trl_compiled) in enumerate([(70, 50, 40, 90, 45), (80, 40, 50, 100, 60)], 1):
+        records += [record(eager, "new", r, ours), record(eager, "sb3", r, sb3), record(eager, "torchrl", r, trl)]
+        records += [record(twin, "new", r, ours_twin), record(twin, "torchrl", r, trl_compiled)]
+    sides = ["new", "sb3", "torchrl"]
+    text = steady.table(records, sides, [("new", "sb3"), ("new", "torchrl")], shared={(twin, "sb3"): eager})
+    lines = text.splitlines()
+    assert lines[0].endswith("| new/sb3, CPU-s | new/sb3, wall | new/torchrl, CPU-s | new/torchrl, wall |")
+    rows = {(row.split(" | ")[0][2:], row.split(" | ")[1]): row.split(" | ") for row in lines[2:]}
+    # eager: 70/50 and 80/40 against SB3 (median 1.70x), 70/40 and 80/50 against TorchRL eager (median 1.68x)
+    assert rows[f"`{eager}`", "new"][8:10] == ["1.70x (1.40x–2.00x)"] * 2
+    assert rows[f"`{eager}`", "new"][10:12] == ["1.68x (1.60x–1.75x)", "1.68x (1.60x–1.75x) |"]
+    # the twin: 90/50 and 100/40 against the eager script's SB3 run, 90/45 and 100/60 against TorchRL compiled
+    assert rows[f"`{twin}`", "new"][8:10] == ["2.15x (1.80x–2.50x)"] * 2
+    assert rows[f"`{twin}`", "new"][10:12] == ["1.83x (1.67x–2.00x)", "1.83x (1.67x–2.00x) |"]
+    assert rows[f"`{twin}`", "sb3"][2] == f"its `{eager}` run"
+    assert rows[f"`{twin}`", "torchrl"][2:4] == ["2/2", "52.5 (45.0–60.0)"]
+
+
+def test_the_peers_get_our_work_per_env_step_and_name_the_flags_they_cannot_follow():
+    def argv(peer, pair, *flags):
+        script = ROOT / "leanrl" / f"{pair}.py"
+        return steady.peer_argv_for(peer, [f"leanrl/{pair}.py", *flags], script)
+
+    # our defaults (CleanRL's), read from each script's Args
+    words, left_out = argv("torchrl", "sac_continuous_action", "--total-timesteps", "8000", "--measure-burnin", "200")
+    assert words[0] == "sac/sac.py" and left_out == []
+    for override in ["collector.total_frames=8000", "collector.init_random_frames=5000", "optim.batch_size=256",
+                     "collector.env_per_collector=1", "optim.utd_ratio=1.0", "network.hidden_sizes=[256,256]",
+                     "replay_buffer.size=1000000", "compile.compile=False", "logger.backend="]:  # fmt: skip
+        assert override in words, override
+    words, _ = argv("torchrl", "td3_continuous_action_torchcompile", "--learning-starts", "5000", "--compile")
+    assert {"compile.compile=True", "collector.init_random_frames=5000", "optim.policy_update_delay=2"} <= set(words)
+    words, _ = argv("torchrl", "ppo_continuous_action", "--num-steps", "1024")  # 32 minibatches of 1,024 steps
+    assert {"collector.frames_per_batch=1024", "loss.mini_batch_size=32", "loss.ppo_epochs=10"} <= set(words)
+    # DQN: batches of 1,000 frames, one update every train_frequency steps, the target every 500 steps in updates
+    words, left_out = argv("torchrl", "dqn", "--total-timesteps=30000", "--train-frequency", "4", "--tau", "0.5")
+    assert {"loss.num_updates=250", "loss.hard_update_freq=125", "collector.annealing_frames=15000"} <= set(words)
+    assert {"buffer.batch_size=128", "buffer.buffer_size=10000", "collector.init_random_frames=10000"} <= set(words)
+    assert left_out == ["tau"]
+    words, left_out = argv("sb3", "dqn", "--total-timesteps", "30000", "--train-frequency", "4", "--no-cuda")
+    assert words == ["benchmarks/peers/sb3_dqn.py", "--env-id", "CartPole-v1", "--total-timesteps", "30000", "--seed",
+                     "1", "--learning-starts", "10000"]  # fmt: skip
+    assert left_out == ["train_frequency"]  # the driver holds our default, 10
+    assert argv("sb3", "ppo_continuous_action")[0][-2:] == ["--seed", "1"]  # no learning_starts
+    assert argv("sb3", "pqn") is None and argv("torchrl", "r2d2_atari_envpool") is None
+
+
+SB3_STUB = """
+import json, os, time
+
+
+class BaseCallback:
+    pass
+
+
+class SAC:
+    def __init__(self, policy, env, **settings):
+        self.settings = settings
+        with open(os.path.join(os.environ["STUB_OUT"], "sb3_settings.json"), "w") as f:
+            json.dump({k: v for k, v in settings.items() if k != "action_noise"}, f)
+
+    def learn(self, total_timesteps, callback):  # SB3's order: each step's on_step, each rollout's end, then train
+        callback.locals, callback.num_timesteps = {"total_timesteps": total_timesteps}, 0
+        callback._on_training_start()
+        for step in range(1, total_timesteps + 1):
+            callback.num_timesteps = step
+            callback._on_step()
+            if step % self.settings["train_freq"] == 0:
+                callback._on_rollout_end()
+                time.sleep(0.01)
+        callback._on_training_end()
+"""
+TORCHRL_STUB = """
+import sys, time
+
+import tqdm
+
+overrides = dict(word.split("=", 1) for word in sys.argv[1:])
+assert overrides["logger.backend"] == "" and overrides["collector.env_per_collector"] == "1", overrides
+total, frames = int(overrides["collector.total_frames"]), int(overrides["collector.frames_per_batch"])
+pbar = tqdm.tqdm(total=total)
+other = tqdm.tqdm(total=3)  # another bar, made after the first: not stamped
+for batch in range(total // frames):
+    time.sleep(0.02)
+    pbar.update(frames)  # TorchRL's loop: the frames of each collected batch, by hand
+    other.update(1)
+"""
+
+SAC_ARGS = """
+import dataclasses
+
+
+@dataclasses.dataclass
+class Args:
+    env_id: str = "HalfCheetah-v4"
+    total_timesteps: int = 1000000
+    learning_starts: int = 5000
+    batch_size: int = 256
+    buffer_size: int = int(1e6)
+"""
+
+
+def stand_in_peers_venv(tmp_path):
+    """A folder laid out as install.sh's venv: bin/python runs this python with a stand-in stable_baselines3 (the
+    real sb3_sac.py driver runs on it) and TorchRL's sac.py stands in as a script stepping its bar by frames."""
+    venv, site = tmp_path / "venv", tmp_path / "venv" / "site"
+    for package, version in [("stable_baselines3", "2.9.2"), ("torchrl", "0.14.1")]:
+        (site / package / "common").mkdir(parents=True)
+        dist = site / f"{package}-{version}.dist-info"
+        dist.mkdir()
+        name = package.replace("_", "-")
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (site / "stable_baselines3" / "__init__.py").write_text(SB3_STUB)
+    (site / "stable_baselines3" / "common" / "callbacks.py").write_text("from stable_baselines3 import BaseCallback\n")
+    (venv / "torchrl-sota" / "sac").mkdir(parents=True)
+    (venv / "torchrl-sota" / "sac" / "sac.py").write_text(TORCHRL_STUB)
+    (venv / "bin").mkdir()
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="$PYTHONPATH:{site}" exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return venv
+
+
+def test_sb3_and_torchrl_are_timed_by_their_progress_bars_torchrl_compiled_in_the_twins_row(
+    tmp_path, capsys, monkeypatch
+):
+    """Ours: the stand-in checkout's eager and twin SAC files (5 ticks of 10 steps, burn-in 2 ticks: 20 steps); SB3:
+    the real driver on a stand-in SB3 stamping every step; TorchRL: a stand-in script stepping its bar by batches
+    of 10 frames. About 5 s."""
+    ours = side(tmp_path, "new", True)
+    for name in ("sac_continuous_action", "sac_continuous_action_torchcompile"):  # the peers read their Args
+        (ours / "leanrl" / f"{name}.py").write_text(SAC_ARGS + SCRIPT.replace("TICKS", "True"))
+    venv = stand_in_peers_venv(tmp_path)
+    monkeypatch.setattr(steady, "TORCHRL_FRAMES", 10)
+    monkeypatch.setenv("STUB_OUT", str(tmp_path))
+    out = tmp_path / "out"
+    budget = "--total-timesteps 50 --learning-starts 10"
+    runs = ["--run", f"leanrl/sac_continuous_action.py {budget}"]
+    runs += ["--run", f"leanrl/sac_continuous_action_torchcompile.py {budget} --compile"]
+    flags = ["--side", f"new={ours}", "--peer-sb3", str(venv), "--peer-torchrl", str(venv), "--rounds", "1"]
+    assert steady.main([*runs, *flags, "--out", str(out)]) == 0
+    records = [json.loads(line) for line in (out / "steady.jsonl").read_text().splitlines()]
+    eager, twin = "sac_continuous_action.py", "sac_continuous_action_torchcompile.py --compile"
+    assert [(r["label"], r["side"], r["status"]) for r in records] == [
+        (eager, "new", "ok"),
+        (eager, "sb3", "ok"),
+        (eager, "torchrl", "ok"),
+        (twin, "new", "ok"),
+        (twin, "torchrl", "ok"),  # SB3 has no compile option: run once a pair
+    ]
+    by = {(r["label"], r["side"]): r for r in records}
+    # SB3's driver with our work per env step; its stamps every step (train_freq 1), timed from our burn-in's step 20
+    settings = json.loads((tmp_path / "sb3_settings.json").read_text())
+    assert settings["batch_size"] == 256 and settings["learning_starts"] == 10 and settings["train_freq"] == 1
+    assert settings["gradient_steps"] == 1 and settings["policy_kwargs"] == {"net_arch": [256, 256]}
+    sb3 = by[eager, "sb3"]
+    assert sb3["source"] == "bar" and sb3["burnin"] == 20 and sb3["steady_steps"] == 30 and sb3["steps"] == 50
+    # TorchRL: stamped by batch (10 frames), compile.compile as ours in each row
+    for label, compiled in [(eager, "False"), (twin, "True")]:
+        run = by[label, "torchrl"]
+        assert f"compile.compile={compiled}" in run["argv"] and "collector.init_random_frames=10" in run["argv"]
+        assert run["burnin"] == 2 and run["steady_iterations"] == 3 and run["steady_steps"] == 30, run
+        assert 0.015 < run["iter_s_median"] < 0.2
+    table = (out / "steady.md").read_text()
+    assert table == capsys.readouterr().out
+    assert "| new/sb3, CPU-s | new/sb3, wall | new/torchrl, CPU-s | new/torchrl, wall |" in table
+    assert f"| `{twin}` | sb3 | its `{eager}` run |" in table
+    assert "sb3 = stable-baselines3 2.9.2 (torch " in table and "torchrl = torchrl 0.14.1 tensordict " in table
+    assert str(venv) not in table and f"--peer-sb3 {steady.VENV_FOLDER}" in table  # no local path
+    (row,) = [line for line in table.splitlines() if line.startswith(f"| `{twin}` | new |")]
+    cells = row.split(" | ")
+    # the twin's ratio to SB3 is paired with the eager script's SB3 run: the ratio of their steps per CPU-second
+    assert cells[8] == steady.ratio(by[twin, "new"]["sps_cpu"] / sb3["sps_cpu"])
+    assert cells[10] == steady.ratio(by[twin, "new"]["sps_cpu"] / by[twin, "torchrl"]["sps_cpu"])

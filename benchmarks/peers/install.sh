@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The peers' venv for `benchmarks/steady.py --peer-sb3 DIR --peer-torchrl DIR`, in one command:
+#
+#   benchmarks/peers/install.sh DIR        (DIR outside the repository, e.g. ../peers-venv)
+#
+# DIR becomes a venv with stable-baselines3 2.9.2, torchrl 0.14.1 and tensordict 0.14.3 (torchrl 0.14 needs
+# tensordict < 0.15; ours has 0.15), hydra-core for TorchRL's scripts (benchmarks/peers/requirements.txt). Its torch,
+# gymnasium, mujoco and numpy are the ones of the python3 that runs this command (the project's venv): a .pth line
+# puts that python's site-packages after the venv's own, so both sides run the very same torch build and env code
+# and nothing is downloaded twice. TorchRL's sota-implementations (sac, td3, ppo, dqn) are the .py files of the
+# torchrl 0.14.1 wheel, copied to DIR/torchrl-sota/<algo>/; the wheel lacks their hydra configs, which are kept here
+# (benchmarks/peers/torchrl_configs/, MIT, from pytorch/rl at ae9719f, whose scripts are byte for byte the wheel's).
+# pip may warn that leanrl needs tensordict 0.15: it sees the project's metadata through that line, but the peers'
+# venv never imports leanrl (the harness runs it with nothing of ours on its path).
+set -euo pipefail
+[ $# -eq 1 ] || { echo "usage: $0 DIR (a new venv, outside the repository)" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$1
+py=${PYTHON:-python3}
+[ ! -e "$dir/bin/python" ] || { echo "install.sh: error: $dir already holds a venv; give a new DIR" >&2; exit 2; }
+$py -c "import torch, gymnasium, mujoco" ||
+  { echo "install.sh: error: $py lacks torch, gymnasium or mujoco: run it from the project's venv" >&2; exit 2; }
+
+$py -m venv "$dir"
+base=$($py -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$base" >"$site/project_site.pth"  # torch, gymnasium, mujoco, numpy: the project venv's
+"$dir/bin/python" -m pip install -r "$here/requirements.txt"
+
+mkdir -p "$dir/torchrl-sota"
+for algo in sac td3 ppo dqn; do
+  cp -r "$site/sota-implementations/$algo" "$dir/torchrl-sota/"
+  cp "$here/torchrl_configs/$algo/"*.yaml "$dir/torchrl-sota/$algo/"
+done
+cp "$here/torchrl_configs/LICENSE" "$dir/torchrl-sota/"
+"$dir/bin/python" - <<'PY'
+import gymnasium, stable_baselines3, tensordict, torch, torchrl
+
+print(f"peers venv: torch {torch.__version__}, gymnasium {gymnasium.__version__}, stable-baselines3 "
+      f"{stable_baselines3.__version__}, torchrl {torchrl.__version__}, tensordict {tensordict.__version__}")
+PY

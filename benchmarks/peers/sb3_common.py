@@ -1,0 +1,40 @@
+"""What the SB3 drivers (sb3_<algo>.py) share: their flags and a progress bar that moves once per collect-then-train
+cycle, which benchmarks/steady.py stamps (harness.stamp_first_bar) as it stamps TorchRL's bar. Runs in the peers'
+venv (benchmarks/peers/install.sh), never imported by the project's tests or scripts."""
+
+import argparse
+
+import tqdm
+from stable_baselines3.common.callbacks import BaseCallback
+
+
+def parse(description, learning_starts):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--env-id", required=True)
+    parser.add_argument("--total-timesteps", type=int, required=True)
+    if learning_starts is not None:
+        parser.add_argument("--learning-starts", type=int, default=learning_starts)
+    parser.add_argument("--seed", type=int, default=1)
+    return parser.parse_args()
+
+
+class Progress(BaseCallback):
+    """A tqdm bar updated at the end of each rollout (SB3 calls it after collecting, before training on it): every
+    train_freq env steps of an off-policy algorithm, every n_steps x n_envs of PPO."""
+
+    def _on_training_start(self):
+        self.bar, self.done = tqdm.tqdm(total=self.locals["total_timesteps"]), 0
+
+    def _on_step(self):
+        return True
+
+    def _on_rollout_end(self):
+        self.bar.update(self.num_timesteps - self.done)
+        self.done = self.num_timesteps
+
+    def _on_training_end(self):
+        self.bar.close()
+
+
+def learn(model, total_timesteps):
+    model.learn(total_timesteps, callback=Progress())
