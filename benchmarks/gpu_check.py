@@ -82,6 +82,8 @@ TWINS = [  # the slowest to compile first (R2D2's unrolled LSTM)
          (*INV, "--seed", "1", "--total-timesteps", "20480", "--num-steps", "512", "--num-minibatches", "8"),
          ((100, 100), (10, 200)),
          "tests/test_ppo_continuous_action.py::test_learns_inverted_pendulum_in_20k_steps"),
+    Twin("ppo_torchcompile", ("policy_step",), ("--total-timesteps", "50000", "--seed", "1"), ((100, 120),),
+         "tests/test_ppo.py::test_learns_cartpole_in_50k_steps"),
     Twin("dqn_torchcompile", ("device_epsilon_greedy", "train_step"),
          ("--total-timesteps", "20000", "--seed", "1", "--learning-starts", "1000"), ((100, 60),),
          "tests/test_dqn.py::test_learns_cartpole_in_20k_steps"),
