@@ -472,8 +472,9 @@ def main(args):
             length=torch.zeros((N, args.num_envs), dtype=torch.long, device=device),
             **{"return": torch.zeros((N, args.num_envs), device=device)},
         )
-        # (trick: the counter-based RNG's state: the seeds and the counter, device tensors)
-        rng = dict(seeds=torch.tensor(seeds, device=device), counter=torch.zeros((), dtype=torch.long, device=device))
+        # (trick: the counter-based RNG's state: the seeds and the counter, device tensors; the counter of shape (1,),
+        # not 0-d: torch.compile passes a 0-d CPU tensor into its kernels as a scalar, read to the host)
+        rng = dict(seeds=torch.tensor(seeds, device=device), counter=torch.zeros(1, dtype=torch.long, device=device))
 
         # trick: torch.compile fuses the small kernels of the rollout step, the returns and the update; CudaGraphModule
         # replays the whole iteration as one CUDA graph. Storage, env, flat batch and constants are bound once with

@@ -10,7 +10,7 @@ import statistics
 import numpy as np
 import pytest
 import torch
-from conftest import main_in_process, load_script
+from conftest import load_script, main_in_process
 from gpu_standin import run_main
 from test_gpu_path import same_run
 
@@ -20,7 +20,8 @@ MASK64 = (1 << 64) - 1
 # 4 iterations of 32 envs x 16 steps, 2 epochs of 4 minibatches; a gradient-norm bound (0.5) the updates reach, so
 # that clipping acts (at the default, 10, it rarely does in 4 iterations and a cross-seed clip would go unseen)
 TINY = ["--num-envs", "32", "--num-steps", "16", "--total-timesteps", str(4 * 32 * 16), "--update-epochs", "2",
-        "--num-minibatches", "4", "--exploration-fraction", "0.5", "--max-grad-norm", "0.5", "--save-model"]  # fmt: skip
+        "--num-minibatches", "4", "--exploration-fraction", "0.5", "--max-grad-norm", "0.5",
+        "--save-model"]  # fmt: skip
 
 
 # ---------------------------------------------------------------- the counter-based RNG
@@ -93,7 +94,7 @@ def test_the_counter_draws_are_uniform_and_independent_across_seeds_counters_and
         lambda seeds, counter, stream, n: script.counter_uniform(seeds, counter % 4, stream, n),  # repeats every 4
         lambda seeds, counter, stream, n: script.counter_uniform(seeds, counter, 0, n),  # one stream for all
         lambda seeds, counter, stream, n: torch.full((len(seeds), n), 0.3),  # frozen draw
-        lambda seeds, counter, stream, n: (script.counter_uniform(seeds, counter, stream, n) * 0.98),  # off range
+        lambda seeds, counter, stream, n: script.counter_uniform(seeds, counter, stream, n) * 0.98,  # off range
     ],
     ids=["counter-frozen", "seed-ignored", "period-4", "one-stream", "constant", "squeezed"],
 )
@@ -188,8 +189,10 @@ def draws_by_position(seeds, counter, stream, n, counter_bits=script.counter_bit
     return counter_bits(torch.arange(len(seeds)), counter, stream, n)
 
 
-@pytest.mark.parametrize("name,wrong", [("clip_grad_norm_per_seed", clip_across_seeds),
-                                        ("counter_bits", draws_by_position)], ids=["clip-across", "draw-by-position"])  # fmt: skip
+WRONG = [("clip_grad_norm_per_seed", clip_across_seeds), ("counter_bits", draws_by_position)]
+
+
+@pytest.mark.parametrize("name,wrong", WRONG, ids=["clip-across", "draw-by-position"])
 def test_a_batch_that_ties_the_seeds_together_fails_the_comparison(name, wrong, tmp_path, monkeypatch):
     """The comparison above can fail: clipping by the norm of all seeds' gradients, or drawing by batch position,
     makes seed 2 of the batch differ from seed 2 alone."""
