@@ -275,3 +275,29 @@ def test_three_seeds_captured_give_the_numbers_of_the_run_without(flags, tmp_pat
     got = run_main(script, [*SEEDS3, *flags], tmp_path / "graphs", cudagraphs=True)
     same_run(got, want)
     assert got[0]["seeds"] == want[0]["seeds"] and len(set(got[0]["seeds"]["mean_return"])) == 3
+
+
+# ---------------------------------------------------------------- --resume with N seeds
+
+
+def test_three_seeds_stopped_by_sigterm_and_resumed_give_the_numbers_of_the_run_never_stopped(tmp_path):
+    """SEEDS3 (4 iterations) once through, and stopped by SIGTERM at the end of iteration 2 then resumed: the same
+    per-seed means and episodes, aggregate, losses, curve (every seed's), stacked networks and RNG counter."""
+    from test_resume import assert_same, results, run_folder, sigterm_at
+
+    [whole] = run_main(script, SEEDS3, tmp_path / "whole", read=results)
+    with sigterm_at(2 * 32 * 16), pytest.raises(SystemExit):
+        run_main(script, SEEDS3, tmp_path / "stopped", read=results)
+    run_dir = run_folder(tmp_path / "stopped")
+    state = torch.load(run_dir / "state.pt", weights_only=True)
+    assert state["state"]["rng"]["counter"].tolist() == [2 * (16 + 2)]  # 16 steps and 2 epochs an iteration
+    assert len(state["run"]["seed_returns"]) == 3
+    last = run_main(script, ["--resume", str(run_dir)], tmp_path / "stopped", read=results)[-1]
+    assert last["resumed"] == 1 and last["status"] == "ok"
+    for key in ("steps", "episodes", "mean_return", "losses", "seeds", "aggregate"):
+        assert last[key] == whole[key], key
+    whole_dir = run_folder(tmp_path / "whole")
+    drop_wall = lambda d: [r.split(",")[::2] + r.split(",")[3:] for r in (d / "returns.csv").read_text().split()]  # noqa: E731
+    assert drop_wall(run_dir) == drop_wall(whole_dir)
+    models = [torch.load(d / "pqn_device_env.pt", weights_only=True)["models"] for d in (whole_dir, run_dir)]
+    assert_same(*models, where="the stacked networks")
