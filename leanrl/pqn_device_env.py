@@ -243,20 +243,20 @@ def q_lambda_returns(rewards, values, dones, next_value, next_done, gamma, q_lam
     return returns[:-1]
 
 
-def policy_step(q_fn, obs, actions, values, epsilon, rng, step):
+def policy_step(q_fn, obs, actions, values, epsilon, rng, step):  # (trick: N seeds, the counter-based RNG)
     """The rollout's policy step at `step` (a 1-element index tensor): epsilon-greedy on obs[:, step] (each seed's
     envs), the action and the max-Q value written into their (N, T, B) storage in place; returns the actions."""
     # trick: the step is a device tensor and the storage is written inside the step: one compiled graph (and one CUDA
     # graph) serves every step, its only input the 8-byte index; epsilon, a device tensor, is written in place
     with torch.no_grad():
-        num_envs = actions.shape[2]
+        num_envs = actions.shape[2]  # (trick: the storage seed-major, (N, T, B))
         coins, picks = (counter_uniform(rng["seeds"], rng["counter"], stream, num_envs) for stream in (0, 1))
         action, value = epsilon_greedy(q_fn(obs[:, step].squeeze(1)), coins, picks, epsilon)
         values[:, step], actions[:, step] = value[:, None], action[:, None]
     return action
 
 
-def returns_of_rollout(q_fn, rewards, dones, values, returns, gamma, q_lambda, next_obs, next_done):
+def returns_of_rollout(q_fn, rewards, dones, values, returns, gamma, q_lambda, next_obs, next_done):  # (trick: N)
     """The bootstrap value of next_obs and the Q(lambda) returns of the (N, T, B) rollout storage, written into
     returns (each seed's along its time dim)."""
     # trick: the bootstrap value and the returns are one function of the storage, compiled and captured like the updates
@@ -345,13 +345,13 @@ def update(q_fn, optimizer, obs, actions, returns, mb_inds, max_grad_norm):
 
     # optimize the model
     # trick: the grads set to None by hand, as zero_grad does: torch.compile does not trace zero_grad (a graph break)
-    params = optimizer["params"]
-    for param in params:
+    for param in optimizer["params"]:  # (trick: the stacked parameters of N seeds)
         param.grad = None
     # trick: the seeds' losses summed: seed k's parameters appear in its loss alone, so each gets its own gradient
     loss.sum().backward()
-    clip_grad_norm_per_seed(params, max_grad_norm)
+    clip_grad_norm_per_seed(optimizer["params"], max_grad_norm)
     with torch.no_grad():
+        params = optimizer["params"]
         radam(params, [p.grad for p in params], *optimizer["state"], lr=optimizer["lr"], beta1=0.9, beta2=0.999,
               eps=1e-8, weight_decay=0.0, capturable=optimizer["capturable"], foreach=True)  # fmt: skip
     # trick: one stacked output for the logged scalars: a CUDA graph replay clones one tensor out, not two
@@ -361,7 +361,7 @@ def update(q_fn, optimizer, obs, actions, returns, mb_inds, max_grad_norm):
 def check_args(args):
     """Reject bad input before any training."""
     positive = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "max_grad_norm",
-                "num_seeds")  # fmt: skip
+                "num_seeds")  # (trick: --num-seeds)  # fmt: skip
     bk.check_flags(__file__, args, positive)
     if args.eval_checkpoint is not None:
         if not 0.0 <= args.eval_epsilon <= 1.0:
@@ -388,6 +388,7 @@ def check_args(args):
 
 
 def evaluate(args, device):
+    # (trick: the network of --eval-seed, one of a --num-seeds run's)
     """Play args.eval_episodes episodes epsilon-greedily (args.eval_epsilon) with a saved Q-network (--eval-seed's)."""
     checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
     weight = checkpoint["model"].get("network.1.weight")  # the first LayerNorm's: DQN's and the Atari nets have none
@@ -402,15 +403,15 @@ def evaluate(args, device):
     model = checkpoint["model"] if seed == seeds[0] else {k: v[seeds.index(seed)] for k, v in
                                                           checkpoint["models"].items()}  # fmt: skip
     torch.manual_seed(args.seed)  # the exploration coins
-    with bk.Run(__file__, args, device, burnin=0, mode="eval", eval_seed=seed) as run:
+    with bk.Run(__file__, args, device, burnin=0, mode="eval", eval_seed=seed) as run:  # (trick: which seed)
         envs = make_envs(args.env_id, 1, run.videos)
         q_network = QNetwork(envs.single_observation_space.shape[0], int(envs.single_action_space.n)).to(device)
-        q_network.load_state_dict(model)
+        q_network.load_state_dict(model)  # (trick: the seed's network)
 
         def act(obs):
             with torch.no_grad():
                 obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-                coins, picks = torch.rand(2, len(obs), device=device)
+                coins, picks = torch.rand(2, len(obs), device=device)  # (trick: epsilon_greedy takes its draws)
                 return epsilon_greedy(q_network(obs), coins, picks, args.eval_epsilon)[0].cpu().numpy()
 
         run.play(envs, act, lambda *step: [r for r, _ in bk.gym_episodes(step[-1])], args.eval_episodes, seed=args.seed)
@@ -451,7 +452,7 @@ def main(args):
         # trick: the lr is a device tensor annealed in place: no compiled or CUDA graph is rebuilt for it. RAdam is
         # capturable on CUDA, compiled and captured (an eager CPU step refuses it: there it reads its step count)
         lr, capturable = torch.tensor(args.learning_rate, device=device), device.type == "cuda" or args.cudagraphs
-        optimizer = make_radam(list(params.values()), lr, capturable=capturable or args.compile)
+        optimizer = make_radam(list(params.values()), lr, capturable=capturable or args.compile)  # (trick: stacked)
 
         # storage setup
         # trick: seed-major storage (N, T, B): each seed's flat batch (T * B) is a view, bound once
@@ -539,7 +540,7 @@ def main(args):
             # (trick: with --num-seeds, the mean over seeds: a seed's non-finite loss makes it non-finite too)
             logged = {"learning_rate": optimizer["lr"]}  # (trick: the lr a device tensor in RAdam's state by hand)
             losses = run.check_finite(global_step, {"td_loss": td_loss.mean(), "q_values": q_values_mean.mean()},
-                                      unchecked=logged)  # fmt: skip
+                                      unchecked=logged)  # (trick: the means over seeds)  # fmt: skip
             run.tick(global_step)
             run.report(global_step, {"losses/td_loss": losses["td_loss"], "losses/q_values": losses["q_values"],
                                      "charts/learning_rate": losses["learning_rate"]})  # fmt: skip
