@@ -10,7 +10,7 @@ import statistics
 import numpy as np
 import pytest
 import torch
-from conftest import load_script, main_in_process
+from conftest import load_script, main_args, main_in_process, strict_json
 from gpu_standin import run_main
 from test_gpu_path import same_run
 
@@ -301,3 +301,23 @@ def test_three_seeds_stopped_by_sigterm_and_resumed_give_the_numbers_of_the_run_
     assert drop_wall(run_dir) == drop_wall(whole_dir)
     models = [torch.load(d / "pqn_device_env.pt", weights_only=True)["models"] for d in (whole_dir, run_dir)]
     assert_same(*models, where="the stacked networks")
+
+
+def test_eval_seed_plays_that_seeds_network_and_an_absent_seed_exits_2(tmp_path, monkeypatch, capsys):
+    """--eval-checkpoint of a run of seeds 4, 5 with --eval-seed 5 loads the second stacked network (and says so in
+    its results line); --eval-seed 9, a seed the checkpoint lacks: one line, exit 2."""
+    line, _ = main_in_process(script, [*TINY, "--seed", "4", "--num-seeds", "2"], tmp_path)
+    path = tmp_path / line["run_name"] / "pqn_device_env.pt"
+    models = torch.load(path, weights_only=True)["models"]
+    loaded, load = [], script.QNetwork.load_state_dict
+    monkeypatch.setattr(script.QNetwork, "load_state_dict", lambda net, sd: loaded.append(sd) or load(net, sd))
+    script.main(main_args(script, ["--eval-checkpoint", str(path), "--eval-seed", "5", "--eval-episodes", "1"],
+                          tmp_path))  # fmt: skip
+    [state_dict] = loaded
+    assert all(torch.equal(state_dict[key], models[key][1]) for key in models)
+    assert strict_json((tmp_path / "results.jsonl").read_text().splitlines()[-1])["eval_seed"] == 5
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(main_args(script, ["--eval-checkpoint", str(path), "--eval-seed", "9"], tmp_path))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--eval-seed 9" in err, err
