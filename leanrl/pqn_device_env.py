@@ -11,7 +11,7 @@ Run: python leanrl/pqn_device_env.py --compile --cudagraphs   (on a CPU: python 
      python leanrl/pqn_device_env.py --num-seeds 64              (64 agents: every seed's curve, their aggregate)
 """
 
-import copy  # (trick: the network's skeleton for functional_call, see make_agents)
+import copy  # (trick: the network's skeleton for functional_call, see main's agent setup)
 import math  # (trick: CartPole's constants, written in the file)
 import random
 from dataclasses import dataclass
@@ -37,8 +37,8 @@ class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay mem
     """the name of this experiment"""
     seed: int = 1
     """seed of the experiment (with --num-seeds N: the first of seeds --seed .. --seed + N - 1)"""
-    # trick: N agents in one process and one graph: the small CartPole network leaves a CPU's or GPU's cores idle; N
-    # seeds' networks, optimizers and envs stacked along a first dim fill them, N learning curves for about one's time
+    # trick: N agents in one process and one graph: one small CartPole agent leaves a GPU idle, N seeds' networks,
+    # optimizers and envs stacked along a first dim fill it with one launch for all (on a CPU the work grows with N)
     num_seeds: int = 1
     """the number of independent agents trained at once, seeds --seed .. --seed + N - 1 (each trained as if alone)"""
     torch_deterministic: bool = True
