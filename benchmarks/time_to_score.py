@@ -92,7 +92,7 @@ class Score:
         self.curve = open(curve_path, "w", buffering=1)  # noqa: SIM115 (closed by close(); line by line: watch it live)
         self.curve.write(CURVE_HEADER)
 
-    def game(self, wall_s, step, episodic_return):
+    def game(self, wall_s, step, episodic_return, seed=None):  # seed: a run of seeds' column (one seed: ignored)
         self.last.append(episodic_return)
         self.games, self.step = self.games + 1, max(self.step, step)
         mean = sum(self.last) / len(self.last)
