@@ -994,8 +994,9 @@ def seeds_main(args):
         if line is not None:
             agg = line.get("aggregate") or {}
             solved_at = agg.get("solved_at")
-            title = f"{hardware_of(line)}\n{line['script']} {line['env_id']}: {agg.get('num_seeds')} seeds, solved "
-            title += f"{agg.get('solved')} at the end, mean {fmt_return(agg.get('mean') or float('nan'))}"
+            solved = "n/a" if agg.get("solved") is None else f"{agg['solved']:.0%}"
+            title = f"{hardware_of(line)}\n{line['script']} {line['env_id']}: {agg.get('num_seeds')} seeds, {solved} "
+            title += f"at {solved_at} at the end, mean {fmt_return(agg.get('mean') or float('nan'))}"
         out = Path(args.out or run_dir)
         out.mkdir(parents=True, exist_ok=True)
         png = out / f"seeds_{slug(run_dir.name)}.png"
