@@ -26,6 +26,13 @@ Targets (--target overrides): CleanRL's 10M-step Breakout-v5 scores as the spec 
 pqn_atari_envpool 384.85 +- 12.39), PPO 400 (CleanRL's JAX ppo_atari_envpool_xla_jax_scan: 423.90 +- 5.49; the spec's
 bar is 400). The published end points: plots/published_time_to_score.csv. pqn_device_env.py (CartPole-v1 as tensors):
 475, CartPole solved, on CartPole-v1 (flags after --, e.g. -- --num-envs 4096 on a GPU).
+
+Many agents (--num-seeds N, pqn_device_env.py: N independent agents in one process): the target is reached when a
+fraction (--solved-fraction, default 0.9) of the N seeds each have a last-100 mean at the target (with --min-games
+games) at the same moment; the curve gains each game's seed and the fraction solved then, and last100_mean is the
+mean over seeds of each seed's (seeds with a game). The spec's figure: 64 CartPole agents, 90% at 475, within 60 s:
+
+    python3 benchmarks/time_to_score.py --script leanrl/pqn_device_env.py --num-seeds 64 --out runs/time_to_score
 """
 
 import argparse
@@ -39,7 +46,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections import deque
+from collections import defaultdict, deque
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: make `benchmarks` importable
@@ -57,6 +64,7 @@ DRY = dict(target=0.0, min_games=1, deadline_s=30.0)
 POLL_S = 0.2
 GRACE_S = 20.0  # after SIGTERM, the run's time to write its results line before a SIGKILL
 CURVE_HEADER = "wall_s,step,return,last100_mean\n"
+SEEDS_CURVE_HEADER = "wall_s,step,return,last100_mean,seed,solved_fraction\n"
 
 
 def load_module(path):
@@ -84,7 +92,7 @@ class Score:
         self.curve = open(curve_path, "w", buffering=1)  # noqa: SIM115 (closed by close(); line by line: watch it live)
         self.curve.write(CURVE_HEADER)
 
-    def game(self, wall_s, step, episodic_return):
+    def game(self, wall_s, step, episodic_return, seed=None):  # seed: a run of seeds' column (one seed: ignored)
         self.last.append(episodic_return)
         self.games, self.step = self.games + 1, max(self.step, step)
         mean = sum(self.last) / len(self.last)
@@ -101,6 +109,44 @@ class Score:
 
     def close(self):
         self.curve.close()
+
+
+class SeedsScore(Score):
+    """The games of N seeds as they end: each seed's last 100, the mean over seeds of their means, the fraction of the
+    N seeds whose own mean is at the target (with min_games games), and the first game at which that fraction reaches
+    solved_fraction."""
+
+    def __init__(self, target, min_games, curve_path, num_seeds, solved_fraction):
+        super().__init__(target, min_games, curve_path)
+        self.curve.seek(0)
+        self.curve.truncate()
+        self.curve.write(SEEDS_CURVE_HEADER)
+        self.num_seeds, self.solved_fraction = num_seeds, solved_fraction
+        self.by_seed, self.games_of = defaultdict(lambda: deque(maxlen=100)), defaultdict(int)
+        self.solved, self.best_fraction = set(), 0.0
+
+    def game(self, wall_s, step, episodic_return, seed=None):
+        last = self.by_seed[seed]
+        last.append(episodic_return)
+        self.games_of[seed] += 1
+        self.games, self.step = self.games + 1, max(self.step, step)
+        own = sum(last) / len(last)
+        if self.games_of[seed] >= self.min_games and own >= self.target:
+            self.solved.add(seed)
+        else:
+            self.solved.discard(seed)
+        fraction, mean = len(self.solved) / self.num_seeds, self.mean
+        self.curve.write(f"{wall_s:.3f},{step},{episodic_return:g},{mean:.6g},{seed},{fraction:.6g}\n")
+        self.best = mean if self.best is None else max(self.best, mean)
+        self.best_fraction = max(self.best_fraction, fraction)
+        if self.at_score is None and fraction >= self.solved_fraction:
+            self.at_score = dict(seconds_to_score=wall_s, steps_at_score=step, games_at_score=self.games,
+                                 mean_at_score=mean, solved_at_score=fraction)  # fmt: skip
+
+    @property
+    def mean(self):
+        means = [sum(last) / len(last) for last in self.by_seed.values() if last]
+        return sum(means) / len(means) if means else None
 
 
 class Tail:
@@ -121,8 +167,8 @@ class Tail:
         out = []
         for line in lines:
             if line and not line.startswith("step"):
-                step, _, ret = line.split(",")
-                out.append((int(step), float(ret)))
+                step, _, ret, *seed = line.split(",")  # a run of seeds: a 4th column, the seed
+                out.append((int(step), float(ret), *map(int, seed)))
         return out
 
     def close(self):
@@ -156,6 +202,10 @@ def parse(argv):
     parser.add_argument("--deadline-s", type=float, help="stop the run this many seconds after launch (default 540)")
     parser.add_argument("--out", default="runs/time_to_score", help="folder of the record, curve, log and run")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--num-seeds", type=int, default=1, help="N agents in one run (pqn_device_env.py): seeds "
+                        "--seed .. --seed + N - 1, the target reached by --solved-fraction of them")  # fmt: skip
+    parser.add_argument("--solved-fraction", type=float, default=0.9, help="with --num-seeds: the fraction of seeds "
+                        "that must be at the target at once (default %(default)s)")  # fmt: skip
     parser.add_argument("--compile", action="store_true", help="on a CPU: add --compile (on a GPU it always is)")
     parser.add_argument("--warm-cache", action="store_true", help="keep inductor's cache (default: an empty one, as "
                         "on a bare machine: the compile counts in full)")  # fmt: skip
@@ -173,6 +223,8 @@ def parse(argv):
         parser.error(f"--script {args.script}: no such file")
     if args.deadline_s <= 0 or args.min_games < 1:
         parser.error("--deadline-s must be positive and --min-games at least 1")
+    if args.num_seeds < 1 or not 0 < args.solved_fraction <= 1:
+        parser.error("--num-seeds must be at least 1 and --solved-fraction in (0, 1]")
     return args, extra
 
 
@@ -192,7 +244,8 @@ def main(argv=None):
     results_dir = out / "runs"
     results_dir.mkdir(parents=True, exist_ok=True)
     results_file = results_dir / "results.jsonl"
-    flags = ["--seed", str(args.seed), "--env-id", args.env_id, *fast_flags, *variant, *dry, *extra]
+    seeds = ["--num-seeds", str(args.num_seeds)] if args.num_seeds > 1 else []
+    flags = ["--seed", str(args.seed), *seeds, "--env-id", args.env_id, *fast_flags, *variant, *dry, *extra]
     cmd = [sys.executable, str(script), *flags, "--results-file", str(results_file)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", WANDB_MODE=os.environ.get("WANDB_MODE", "disabled"))
     if not cuda:
@@ -203,9 +256,15 @@ def main(argv=None):
         env["TORCHINDUCTOR_CACHE_DIR"] = cache
     tag = f"{pair_of(script)}_{time.strftime('%Y%m%d-%H%M%S')}"
     tag = next(t for t in (tag, *(f"{tag}-{n}" for n in range(2, 100))) if not (out / f"{t}.log").exists())
-    score = Score(args.target, args.min_games, out / f"{tag}.curve.csv")
+    score = (
+        SeedsScore(args.target, args.min_games, out / f"{tag}.curve.csv", args.num_seeds, args.solved_fraction)
+        if args.num_seeds > 1
+        else Score(args.target, args.min_games, out / f"{tag}.curve.csv")
+    )
     tail = Tail(results_dir, {d.name for d in results_dir.iterdir()})
     what = f"target {args.target:g} over {args.min_games}+ games, deadline {args.deadline_s:g} s"
+    if args.num_seeds > 1:
+        what = f"{args.num_seeds} seeds, {args.solved_fraction:g} of them at a {what}"
     print(f"time_to_score: {script.name} {shlex.join(flags)}; {what}; {info['device']}, {info['cpu']} "
           f"({info['cores']} cores)", flush=True)  # fmt: skip
     stopped_by, stop_sent, exit_at = None, None, None
@@ -223,8 +282,8 @@ def main(argv=None):
                 now = time.time() - launch
                 if ended:
                     exit_at = now
-                for step, episodic_return in tail.rows():  # after the exit: stamped with the exit, a bound
-                    score.game(now, step, episodic_return)
+                for row in tail.rows():  # after the exit: stamped with the exit, a bound
+                    score.game(now, *row)
                 if ended:
                     break
                 if stop_sent is None and (score.at_score or now >= args.deadline_s):
@@ -243,8 +302,8 @@ def main(argv=None):
                 proc.kill()
                 proc.wait()
             exit_at = time.time() - launch
-            for step, episodic_return in tail.rows():
-                score.game(exit_at, step, episodic_return)
+            for row in tail.rows():
+                score.game(exit_at, *row)
         finally:
             signal.signal(signal.SIGTERM, previous)
     score.close()
@@ -255,6 +314,11 @@ def main(argv=None):
     line = results_line(results_file, run_name)
     if stopped_by is None:
         stopped_by = "total-timesteps" if proc.returncode == 0 else "exited"
+    seeds_fields = {}
+    if args.num_seeds > 1:  # the fraction of seeds at the target at the end, and the most at once
+        seeds_fields = dict(num_seeds=args.num_seeds, solved_fraction=args.solved_fraction,
+                            solved_at_end=len(score.solved) / args.num_seeds,
+                            best_solved=score.best_fraction)  # fmt: skip
     record = dict(
         kind="time_to_score",
         script=script.name,
@@ -268,6 +332,7 @@ def main(argv=None):
         **(score.at_score or dict.fromkeys(("seconds_to_score", "steps_at_score", "games_at_score", "mean_at_score"))),
         best_last100=score.best,
         last100_at_end=score.mean,
+        **seeds_fields,
         games=score.games,
         steps_at_end=line["steps"] if line else score.step,
         wall_s_at_end=exit_at,
@@ -296,8 +361,9 @@ def main(argv=None):
         shutil.rmtree(results_dir)
     with open(out / "time_to_score.jsonl", "a") as f:
         f.write(json.dumps(record, allow_nan=False) + "\n")
+    of_seeds = f" ({args.solved_fraction:g} of {args.num_seeds} seeds)" if args.num_seeds > 1 else ""
     got = (
-        f"{record['seconds_to_score']:.1f} s to {args.target:g} at {record['steps_at_score']:,} steps"
+        f"{record['seconds_to_score']:.1f} s to {args.target:g}{of_seeds} at {record['steps_at_score']:,} steps"
         if record["reached"]
         else f"not reached: last-100 mean {record['last100_at_end']} at the end ({stopped_by})"
     )

@@ -621,6 +621,24 @@ def set_rng_state(state):
 # ---------------------------------------------------------------- the run
 
 
+def aggregate(means, solved_at=None):
+    """The figures of a run of seeds from each seed's mean return (None: a seed that finished no episode): their
+    mean, std (ddof 0) and interquartile mean (the mean of the middle half: a quarter, rounded down, cut from each end,
+    as scipy's trim_mean(means, 0.25)) over the seeds that have one, and the fraction of all seeds at solved_at or
+    above."""
+    have = sorted(m for m in means if m is not None)
+    cut = len(have) // 4
+    out = dict(
+        num_seeds=len(means),
+        mean=float(np.mean(have)) if have else None,
+        std=float(np.std(have)) if have else None,
+        iqm=float(np.mean(have[cut : len(have) - cut])) if have else None,
+    )
+    if solved_at is not None:
+        out.update(solved_at=solved_at, solved=sum(m >= solved_at for m in have) / len(means) if means else None)
+    return out
+
+
 def finite_or_none(obj):
     """A results line is strict JSON: every non-finite float (NaN, inf), nested ones included, becomes null."""
     if isinstance(obj, float):
@@ -716,15 +734,23 @@ class Run:
       run goes on" above), a signal stops the run at the iteration's end, the state written there first.
     - record=False: a run that keeps its meter, its checks and its exit status but writes and prints nothing (no
       folder, curve, progress bar, wandb, results line, summary or state file): the other ranks of a distributed run.
+    - seeds=[...]: a run of several independent agents (a script's --num-seeds): `run.episode(..., seed=k)`, the curve
+      gains a `seed` column, the mean return (results line, progress bar) is the mean over seeds of each seed's last-100
+      mean, and the results line adds each seed's (`seeds`) and their aggregate (`aggregate`: mean, std, interquartile
+      mean, the fraction of seeds at `solved_at` or above). With more than one seed, TensorBoard and wandb get no
+      episode one by one: charts/episodic_return is that mean over seeds, at each report.
     """
 
-    def __init__(self, script, args, device, burnin=None, mode="train", record=True, deferred_stop=None, **fields):
+    def __init__(self, script, args, device, burnin=None, mode="train", record=True, deferred_stop=None, seeds=None,
+                 solved_at=None, **fields):  # fmt: skip
         if getattr(args, "capture_video", False):
             check_video(script, args.env_id)  # before the run folder and the results line: bad input leaves neither
         self.script, self.args, self.mode, self.record = Path(script).name, args, mode, record
         self.burnin = args.measure_burnin if burnin is None else burnin
         self.start_time = time.time()
         self.returns, self.losses, self.steps, self.ticks = [], {}, 0, 0
+        self.seeds, self.solved_at = (list(seeds) if seeds is not None else None), solved_at
+        self.seed_returns = {seed: [] for seed in self.seeds or []}  # each seed's episodes, with seeds
         self.mark = self.last = self.part_start = (self.start_time, 0)
         self.measured, self.wall_before, self.iterations_done, self.resumed = (0.0, 0), 0.0, 0, 0
         self.status, self.message = "ok", None
@@ -742,6 +768,8 @@ class Run:
             self.steps, self.ticks, self.iterations_done = saved["steps"], saved["ticks"], saved["iterations"]
             self.measured, self.wall_before, self.resumed = tuple(saved["meter"]), saved["wall_s"], saved["resumed"] + 1
             self.wandb_id = saved.get("wandb_id")  # a tracked run logs on into its own wandb run
+            for seed, returns in zip(self.seeds or [], saved.get("seed_returns", [])):
+                self.seed_returns[seed] = list(returns)
             self.mark = self.last = self.part_start = (self.start_time, self.steps)
             if self.ticks >= self.burnin:  # past its burn-in: --measure-burnin iterations left out again
                 self.burnin = self.ticks + args.measure_burnin
@@ -788,7 +816,7 @@ class Run:
         appends = self.resuming and record and curve.exists()
         self.curve = (curve if record else Path(os.devnull)).open("a" if appends else "w", buffering=1)
         if not appends:
-            self.curve.write("step,wall_s,return\n")
+            self.curve.write("step,wall_s,return,seed\n" if self.seeds is not None else "step,wall_s,return\n")
         self.tensorboard = tensorboard_writer(self.dir, args) if mode == "train" and record else None
         self.wandb = None
         if args.track and mode == "train" and record:
@@ -854,6 +882,8 @@ class Run:
             run = dict(name=self.name, iterations=self.iterations_done, steps=self.steps, ticks=self.ticks,
                        meter=self.meter, wall_s=self.wall(), returns=list(self.returns), losses=dict(self.losses),
                        resumed=self.resumed, wandb_id=self.wandb_id)  # fmt: skip
+            if self.seeds is not None:
+                run["seed_returns"] = [list(self.seed_returns[seed]) for seed in self.seeds]
             blob = dict(format=STATE_FORMAT, script=self.script, args=asdict(self.args), run=run, rng=rng_state())
             atomic_save(dict(blob, state=parts), self.state_path)
         finally:
@@ -903,11 +933,17 @@ class Run:
 
     # ---------------------------------------------------------------- the return curve, the meter, the log points
 
-    def episode(self, step, episodic_return, episodic_length=None, **logs):
-        """An episode (a whole game on Atari) ended at env step `step`."""
+    def episode(self, step, episodic_return, episodic_length=None, seed=None, **logs):
+        """An episode (a whole game on Atari) ended at env step `step` (of agent `seed`, in a run of seeds)."""
         self.returns.append(episodic_return)
         self.steps = max(self.steps, step)  # a run that stops between ticks reports the steps it did
-        self.curve.write(f"{step},{self.wall():.3f},{episodic_return}\n")
+        if self.seeds is not None:
+            self.seed_returns[seed].append(episodic_return)
+            self.curve.write(f"{step},{self.wall():.3f},{episodic_return},{seed}\n")
+            if len(self.seeds) > 1:  # the mean over seeds goes to TensorBoard at each report
+                return
+        else:
+            self.curve.write(f"{step},{self.wall():.3f},{episodic_return}\n")
         logs["charts/episodic_return"] = episodic_return
         if episodic_length is not None:
             logs["charts/episodic_length"] = episodic_length
@@ -939,7 +975,15 @@ class Run:
 
     @property
     def mean_return(self):
+        """The mean of the last 100 episodes; in a run of seeds, the mean over seeds of each seed's (seeds with one)."""
+        if self.seeds is not None:
+            means = [m for m in self.seed_means() if m is not None]
+            return float(np.mean(means)) if means else None
         return float(np.mean(self.returns[-100:])) if self.returns else None
+
+    def seed_means(self):
+        """Each seed's mean of its last 100 episodes (None for a seed with none yet), in the order of `seeds`."""
+        return [float(np.mean(self.seed_returns[s][-100:])) if self.seed_returns[s] else None for s in self.seeds]
 
     def check_finite(self, step, losses, unchecked=None):
         """Read the losses (a dict of 0-d tensors or floats) to the host in one go; stop the run on a non-finite one.
@@ -959,9 +1003,11 @@ class Run:
 
     def report(self, step, logs=None):
         """A log point: the progress bar's steps/s and mean return; charts/SPS and `logs` to TensorBoard (and wandb)."""
+        ret = self.mean_return
         if self.pbar is not None:
-            ret = self.mean_return
             self.pbar.set_postfix(sps=f"{self.sps or 0:.0f}", ret="n/a" if ret is None else f"{ret:.1f}", refresh=False)
+        if self.seeds is not None and len(self.seeds) > 1 and ret is not None:
+            logs = {"charts/episodic_return": ret, **(logs or {})}  # the mean over seeds
         self.log({"charts/SPS": self.sps or 0.0, **(logs or {})}, step)
 
     def log(self, scalars, step):
@@ -1068,6 +1114,11 @@ class Run:
             message=self.message,
             time=datetime.now(UTC).isoformat(timespec="seconds"),
         )
+        if self.seeds is not None:
+            means = self.seed_means()
+            line["seeds"] = dict(seed=self.seeds, mean_return=means, episodes=[len(self.seed_returns[s]) for s in
+                                                                                self.seeds])  # fmt: skip
+            line["aggregate"] = aggregate(means, self.solved_at)
         line = finite_or_none(line)
         path = Path(self.args.results_file)
         if self.record:

@@ -10,6 +10,7 @@
     python plots/plot.py --gpu OUT/results.jsonl --publish           # benchmarks/gpu_session.sh's: README.md's cut
     python plots/plot.py --gpu A.jsonl B.jsonl --publish --readme docs/gpu-checks.md   # sessions A and B there
     python plots/plot.py --time-to-score OUT/time_to_score.jsonl --publish  # benchmarks/time_to_score.sh's runs
+    python plots/plot.py --seeds runs/CartPole-v1__pqn_device_env__1__...   # a --num-seeds run: every seed's curve
 
 Reads only the results lines that the scripts append (one JSON object per run) and the return curves
 they write next to them (<results dir>/<run_name>/returns.csv), and the command that run.sh records
@@ -931,6 +932,77 @@ def plot_time_to_score(machine, records, anchors, path):
     plt.close(fig)
 
 
+def read_seed_curves(run_dir):
+    """A --num-seeds run's returns.csv (step,wall_s,return,seed): {seed: ([steps], [last-100 means])}, each seed's
+    mean of its last up to 100 episodes after each of its episodes."""
+    games = defaultdict(list)
+    with open(Path(run_dir) / "returns.csv") as f:
+        for row in csv.DictReader(f):
+            games[int(row["seed"])].append((int(row["step"]), float(row["return"])))
+    curves = {}
+    for seed, rows in sorted(games.items()):
+        returns = [r for _, r in rows]
+        means = [statistics.fmean(returns[max(0, i - 99) : i + 1]) for i in range(len(returns))]
+        curves[seed] = ([step for step, _ in rows], means)
+    return curves
+
+
+def mean_over_seeds(curves, grid):
+    """The mean over seeds of each seed's last-100 mean at each step of grid (a seed's last value at or before the
+    step; a seed with no episode yet is left out of that step's mean, a step no seed reached is None)."""
+    import numpy as np
+
+    out = []
+    for step in grid:
+        at = [means[i - 1] for steps, means in curves.values() if (i := int(np.searchsorted(steps, step, "right")))]
+        out.append(statistics.fmean(at) if at else None)
+    return out
+
+
+def plot_seeds(run_dir, path, solved_at=None, title=""):
+    """Every seed's last-100 mean against env steps (thin), their mean over seeds (bold), solved_at dashed."""
+    plt = pyplot()
+    curves = read_seed_curves(run_dir)
+    fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
+    for steps, means in curves.values():
+        ax.plot(steps, means, color="C0", lw=0.6, alpha=max(0.08, min(0.6, 8 / len(curves))))
+    last = max(steps[-1] for steps, _ in curves.values() if steps)
+    grid = [last * (i + 1) / 200 for i in range(200)]
+    mean = mean_over_seeds(curves, grid)
+    ax.plot([g for g, m in zip(grid, mean) if m is not None], [m for m in mean if m is not None], color="C3", lw=2,
+            label=f"mean over {len(curves)} seeds")  # fmt: skip
+    if solved_at is not None:
+        ax.axhline(solved_at, color="k", lw=0.8, ls="--", label=f"solved ({solved_at:g})")
+    ax.set_xlabel("env steps (each agent's)", fontsize=8)
+    ax.set_ylabel("mean return of the last 100 episodes", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(title or Path(run_dir).name, fontsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def seeds_main(args):
+    """--seeds: a PNG of every seed's curve with their mean for each run folder, stamped with the run's hardware from
+    its results line (in the results file beside the folder)."""
+    for run_dir in map(Path, args.seeds):
+        results = run_dir.parent / "results.jsonl"
+        lines = [json.loads(raw) for raw in results.read_text().splitlines() if raw.strip()] if results.exists() else []
+        line = next((x for x in lines if x.get("run_name") == run_dir.name), None)
+        title, solved_at = run_dir.name, None
+        if line is not None:
+            agg = line.get("aggregate") or {}
+            solved_at = agg.get("solved_at")
+            title = f"{hardware_of(line)}\n{line['script']} {line['env_id']}: {agg.get('num_seeds')} seeds, solved "
+            title += f"{agg.get('solved')} at the end, mean {fmt_return(agg.get('mean') or float('nan'))}"
+        out = Path(args.out or run_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        png = out / f"seeds_{slug(run_dir.name)}.png"
+        plot_seeds(run_dir, png, solved_at, title)
+        print(f"plot.py: wrote {png}")
+
+
 def time_to_score_main(args):
     """--time-to-score: the table (printed, OUT/time_to_score.md) and a figure per machine; --publish splices the
     table into the README (time-to-score markers) and copies the figures into --plots-dir."""
@@ -1017,7 +1089,11 @@ def main(argv=None):
         default=str(ROOT / "benchmarks" / "README.md"),
         help="README to splice the --rl-ops and --replay tables into",
     )
+    parser.add_argument("--seeds", nargs="+", help="run folders of --num-seeds runs: every seed's last-100 mean and "
+                        "their mean against steps (OUT or the folder: seeds_<run>.png)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.seeds:
+        return seeds_main(args)
     if args.time_to_score:
         return time_to_score_main(args)
     if args.gpu:

@@ -4,6 +4,7 @@ ends, the steps/s meter, flag checks, checkpoints. The scripts' own tests run it
 import json
 import math
 import signal
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -416,3 +417,42 @@ def test_the_commit_a_run_names_is_the_callers_else_gits(monkeypatch, tmp_path):
     monkeypatch.delenv("LEANRL_COMMIT")
     (tmp_path / "bare").mkdir()
     assert bk.source_commit(tmp_path / "bare") is None  # no checkout
+
+
+# ---------------------------------------------------------------- a run of seeds (--num-seeds)
+
+
+def test_the_aggregate_of_seeds_is_mean_std_iqm_and_fraction_solved():
+    """Nine seeds, one without an episode: the mean, std (ddof 0) and interquartile mean (a quarter of the eight, two,
+    cut from each end) of the eight, and the fraction of all nine at 475 or above (475 counts), worked by hand."""
+    means = [10.0, 500.0, 480.0, None, 30.0, 475.0, 200.0, 100.0, 300.0]
+    got = bk.aggregate(means, 475.0)
+    have = [10.0, 30.0, 100.0, 200.0, 300.0, 475.0, 480.0, 500.0]
+    mean = 2095.0 / 8
+    assert got["num_seeds"] == 9 and got["mean"] == pytest.approx(mean)
+    assert got["std"] == pytest.approx(math.sqrt(sum((m - mean) ** 2 for m in have) / 8))
+    assert got["iqm"] == pytest.approx((100.0 + 200.0 + 300.0 + 475.0) / 4)
+    assert got["solved_at"] == 475.0 and got["solved"] == pytest.approx(3 / 9)
+    assert bk.aggregate([None, None], 475.0) == dict(num_seeds=2, mean=None, std=None, iqm=None, solved_at=475.0,
+                                                      solved=0.0)  # fmt: skip
+
+
+def test_a_run_of_seeds_writes_each_seeds_curve_and_means_over_seeds(tmp_path):
+    """Seeds 5 and 6 (seed 5: 120 episodes, its last 100 of return 1..; seed 6: 2 episodes of 10): the curve has a
+    seed column; mean_return is the mean of the two seeds' last-100 means, not of the last 100 episodes of both."""
+
+    def body(run):
+        for i in range(120):
+            run.episode(10 * (i + 1), float(i % 7), seed=5)
+        run.episode(1200, 10.0, seed=6)
+        run.episode(1210, 10.0, seed=6)
+        run.tick(1210)
+
+    code, line = run_to_end(tmp_path, body, seeds=[5, 6], solved_at=9.5)
+    seed5 = statistics.fmean([float(i % 7) for i in range(20, 120)])
+    assert code is None and line["mean_return"] == pytest.approx((seed5 + 10.0) / 2) and line["episodes"] == 122
+    assert line["seeds"] == dict(seed=[5, 6], mean_return=[pytest.approx(seed5), 10.0], episodes=[120, 2])
+    assert line["aggregate"]["solved"] == 0.5 and line["aggregate"]["mean"] == pytest.approx(line["mean_return"])
+    rows = (tmp_path / line["run_name"] / "returns.csv").read_text().splitlines()
+    assert rows[0] == "step,wall_s,return,seed" and rows[-1].split(",")[2:] == ["10.0", "6"]
+    assert [row.split(",")[3] for row in rows[1:]] == ["5"] * 120 + ["6"] * 2

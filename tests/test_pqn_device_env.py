@@ -72,7 +72,7 @@ def one_step_mismatches(n=6000, seed=0, **constants):
     float64 state within 1e-5 of it) may go either way and is not compared; there are few of those."""
     states, elapsed, actions = random_states(n, seed)
     obs, reward, terminated, truncated, state64 = gym_one_steps(states, elapsed, actions)
-    reset = script.cartpole_reset((n, 4), "cpu")
+    reset = script.cartpole_reset(torch.rand(n, 4, generator=torch.Generator().manual_seed(seed)))
     next_state, next_elapsed, got_reward, got_term, got_trunc, final = script.cartpole_step(
         states, elapsed, actions, reset, **constants
     )
@@ -160,9 +160,9 @@ def test_trajectories_with_autoreset_are_gymnasiums_vector_env():
 
 
 def test_reset_states_are_uniform_in_five_hundredths():
-    """gymnasium draws each coordinate uniform in [-0.05, 0.05): the same range, mean 0 and spread 0.1 / sqrt(12)."""
-    torch.manual_seed(0)
-    draws = script.cartpole_reset((100000, 4), "cpu")
+    """gymnasium draws each coordinate uniform in [-0.05, 0.05): the same range, mean 0 and spread 0.1 / sqrt(12), from
+    the counter-based draws the rollout makes (tests/test_many_seeds.py tests the draws themselves)."""
+    draws = script.cartpole_reset(script.counter_uniform(torch.tensor([1]), torch.tensor(7), 2, 400000).view(-1, 4))
     assert draws.shape == (100000, 4) and draws.dtype == torch.float32
     assert draws.min() >= -0.05 and draws.max() < 0.05 and draws.min() < -0.0499 and draws.max() > 0.0499
     torch.testing.assert_close(draws.mean(0), torch.zeros(4), rtol=0, atol=5e-4)
@@ -179,14 +179,22 @@ def test_rollout_step_keeps_the_episode_statistics_on_the_device():
     torch.manual_seed(0)
     T, B = 200, 16
     q_network = script.QNetwork(4, 2)
-    obs, values, rewards, dones, ended_returns = (torch.zeros(T, B, *s) for s in [(4,), (), (), (), ()])
-    actions, ended_lengths = torch.zeros(T, B, dtype=torch.long), torch.zeros(T, B, dtype=torch.long)
-    env = dict(state=script.cartpole_reset((B, 4), "cpu"), elapsed=torch.zeros(B, dtype=torch.long),
-               done=torch.zeros(B), length=torch.zeros(B, dtype=torch.long), **{"return": torch.zeros(B)})  # fmt: skip
+    q_fn = lambda x: q_network(x[0])[None]  # noqa: E731  (one seed: the storage's first dim)
+    obs, values, rewards, dones, ended_returns = (torch.zeros(1, T, B, *s) for s in [(4,), (), (), (), ()])
+    actions, ended_lengths = torch.zeros(1, T, B, dtype=torch.long), torch.zeros(1, T, B, dtype=torch.long)
+    env = dict(state=script.cartpole_reset(torch.rand(1, B, 4)), elapsed=torch.zeros(1, B, dtype=torch.long),
+               done=torch.zeros(1, B), length=torch.zeros(1, B, dtype=torch.long),
+               **{"return": torch.zeros(1, B)})  # fmt: skip
+    rng = dict(seeds=torch.tensor([0]), counter=torch.zeros(1, dtype=torch.long))
     epsilons = torch.full((T,), 0.5)
     for step in torch.arange(T).split(1):
-        script.rollout_step(q_network, obs, actions, values, rewards, dones, epsilons, env, ended_returns,
-                            ended_lengths, step)  # fmt: skip
+        script.rollout_step(q_fn, obs, actions, values, rewards, dones, epsilons, env, ended_returns,
+                            ended_lengths, rng, step)  # fmt: skip
+    assert rng["counter"] == T  # one count a step
+    obs, actions, values, rewards, dones, ended_returns, ended_lengths = (
+        x[0] for x in (obs, actions, values, rewards, dones, ended_returns, ended_lengths)
+    )
+    env = {key: value[0] for key, value in env.items()}
     assert torch.equal(rewards, torch.ones(T, B))
     ended = ended_lengths > 0
     assert torch.equal(ended[:-1], dones[1:].bool()) and torch.equal(ended[-1], env["done"].bool())
@@ -279,7 +287,8 @@ def test_smoke_save_and_evaluate_in_gymnasiums_cartpole(tmp_path):
     assert set(line["losses"]) == {"td_loss", "q_values", "learning_rate"}
     assert line["epsilon"] == pytest.approx(0.05) and line["losses"]["learning_rate"] == pytest.approx(2.5e-4 / 4)
     rows = list(csv.reader((tmp_path / line["run_name"] / "returns.csv").open()))
-    assert rows[0] == ["step", "wall_s", "return"] and len(rows) - 1 == line["episodes"]
+    assert rows[0] == ["step", "wall_s", "return", "seed"] and len(rows) - 1 == line["episodes"]
+    assert {row[3] for row in rows[1:]} == {"1"} and line["seeds"]["seed"] == [1]  # one seed: --seed's
     steps = [int(row[0]) for row in rows[1:]]
     assert steps == sorted(steps) and set(steps) <= {ENVS * (s + 1) for s in range(ITERATIONS * STEPS)}
     assert all(float(row[2]) >= 8 and float(row[2]).is_integer() for row in rows[1:])  # CartPole lasts 8+ steps

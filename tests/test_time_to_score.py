@@ -237,3 +237,39 @@ def test_the_device_env_is_timed_on_cartpole_to_a_score_it_learns(tmp_path):
     at = record["games_at_score"] - 1  # the game at which the mean first reached the target, by the curve
     assert int(rows[at]["step"]) == record["steps_at_score"] and float(rows[at]["last100_mean"]) >= 150
     assert at >= 99 and all(float(row["last100_mean"]) < 150 for row in rows[99:at])
+
+
+def test_many_seeds_are_timed_to_a_fraction_of_them_at_the_target(tmp_path):
+    """--num-seeds 3 (pqn_device_env.py): the record's time is the first game after which 2 of the 3 seeds (the
+    fraction 0.6, rounded up) each have a last-100 mean at the target (20 games at least), recomputed here from the
+    run's own returns.csv; the curve gives each game's seed and the fraction then. A target only learning reaches
+    here (60: a random policy's mean is about 22)."""
+    args = ["--script", "leanrl/pqn_device_env.py", "--out", str(tmp_path), "--deadline-s", "240", "--num-seeds", "3",
+            "--solved-fraction", "0.6", "--target", "60", "--min-games", "20"]  # fmt: skip
+    assert tts.main(args) == 0
+    [record] = [strict_json(line) for line in (tmp_path / "time_to_score.jsonl").read_text().splitlines()]
+    assert "--num-seeds 3" in record["flags"] and record["num_seeds"] == 3 and record["reached"]
+    with open(tmp_path / record["curve"]) as f:
+        rows = list(csv.DictReader(f))
+    run_dirs = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
+    with open(run_dirs[0] / "returns.csv") as f:
+        games = [(int(r["step"]), float(r["return"]), int(r["seed"])) for r in csv.DictReader(f)]
+    assert [(int(r["step"]), float(r["return"]), int(r["seed"])) for r in rows] == games
+    by_seed, fractions = {}, []
+    for _, ret, seed in games:
+        by_seed.setdefault(seed, []).append(ret)
+        at = [s for s, rs in by_seed.items() if len(rs) >= 20 and statistics.fmean(rs[-100:]) >= 60]
+        fractions.append(len(at) / 3)
+    assert [float(r["solved_fraction"]) for r in rows] == pytest.approx(fractions)
+    first = next(i for i, fraction in enumerate(fractions) if fraction >= 0.6)
+    assert record["games_at_score"] == first + 1 and record["steps_at_score"] == games[first][0]
+    assert record["solved_at_score"] == pytest.approx(fractions[first]) and record["stopped_by"] == "target"
+    assert sorted(by_seed) == [1, 2, 3]
+    png = tmp_path / "seeds.png"
+    plot.plot_seeds(run_dirs[0], png, 60.0)  # the plot of every seed's curve draws
+    assert png.stat().st_size > 10000
+    curves = plot.read_seed_curves(run_dirs[0])
+    assert {seed: len(steps) for seed, (steps, _) in curves.items()} == {s: len(r) for s, r in by_seed.items()}
+    assert curves[2][1][-1] == pytest.approx(statistics.fmean(by_seed[2][-100:]))
+    last = max(step for step, _, _ in games)
+    assert plot.mean_over_seeds(curves, [last]) == [pytest.approx(statistics.fmean(curves[s][1][-1] for s in curves))]
