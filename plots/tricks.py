@@ -66,7 +66,7 @@ CATALOGUE = [
 ]  # fmt: skip
 
 # a third file of a family, diffed against the twin it takes one step further (besides every `*_distributed.py`)
-THIRD_FILES = {"pqn_device_env.py": "pqn_torchcompile.py"}
+THIRD_FILES = {"pqn_device_env.py": "pqn_torchcompile.py", "ppo_device_env.py": "ppo_torchcompile.py"}
 
 # the README's column for each pair (a script not listed here gets its file name)
 LABELS = {
@@ -82,6 +82,7 @@ LABELS = {
     "pqn_atari_envpool": "PQN Atari",
     "ppo_atari_envpool_distributed": "PPO dist.",
     "pqn_device_env": "PQN dev.",
+    "ppo_device_env": "PPO dev.",
 }
 
 
