@@ -75,11 +75,11 @@ class Args(bk.StopAndResume):  # --resume, --checkpoint-every-min (no replay mem
     env_id: str = "CartPole-v1"  # (trick: the env is CartPole-v1's equations as tensors, no other)
     """the id of the environment: CartPole-v1 only (its dynamics are this file's tensor math)"""
     total_timesteps: int = 500000
-    """total timesteps of the experiments (each seed's), rounded down to whole iterations (num_envs x num_steps each)"""
+    """total timesteps of the experiments, rounded down to whole iterations (num_envs x num_steps each)"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 4
-    """the number of parallel game environments (each seed's)"""
+    """the number of parallel game environments"""
     num_steps: int = 128
     """the number of steps to run in each environment per policy rollout"""
     anneal_lr: bool = True
@@ -194,7 +194,7 @@ def layer_init(layer, std=2**0.5, bias_const=0.0):
 
 class Agent(nn.Module):
     def __init__(self, obs_dim, n_actions):  # (trick: the tensor env's sizes, no gymnasium envs to read them from)
-        super().__init__()
+        super().__init__()  # (trick: obs_dim and n_actions given, above)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, 64)),
             nn.Tanh(),
@@ -207,7 +207,7 @@ class Agent(nn.Module):
             nn.Tanh(),
             layer_init(nn.Linear(64, 64)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, n_actions), std=0.01),
+            layer_init(nn.Linear(64, n_actions), std=0.01),  # (trick: the tensor env's sizes, above)
         )
 
     def forward(self, x):  # (trick: the logits and the value in one call, the one functional_call makes)
@@ -223,7 +223,7 @@ def agent_outputs(network, params, obs):
 
 
 def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
-    """Generalized advantage estimation, (T, ...) time-major; dones[t] == 1 means obs[t] begins an episode."""
+    """Generalized advantage estimation, (T, B) time-major; dones[t] == 1 means obs[t] begins an episode."""
     nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
     nextvalues = torch.cat([values[1:], next_value[None]])
     delta = rewards + gamma * nextvalues * nextnonterminal - values
@@ -251,27 +251,28 @@ def ppo_loss(
     ratio = logratio.exp()
     with torch.no_grad():
         # calculate approx_kl http://joschu.net/blog/kl-approx.html
-        old_approx_kl = (-logratio).mean(-1)
+        old_approx_kl = (-logratio).mean(-1)  # (trick: each seed's, see above)
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
     if norm_adv:
+        # (trick: each seed's own normalisation)
         advantages = (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
 
     # Policy loss
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean(-1)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean(-1)  # (trick: each seed's)
 
-    # Value loss
+    # Value loss (trick: newvalue comes (N, M) from agent_outputs: no view)
     if clip_vloss:
         v_loss_unclipped = (newvalue - returns) ** 2
         v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
         v_loss_clipped = (v_clipped - returns) ** 2
-        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean(-1)
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean(-1)  # (trick: each seed's)
     else:
-        v_loss = 0.5 * ((newvalue - returns) ** 2).mean(-1)
+        v_loss = 0.5 * ((newvalue - returns) ** 2).mean(-1)  # (trick: each seed's)
 
-    entropy_loss = entropy.mean(-1)
+    entropy_loss = entropy.mean(-1)  # (trick: each seed's)
     loss = pg_loss - ent_coef * entropy_loss + v_loss * vf_coef
     stats = dict(
         policy=pg_loss.detach(),
@@ -300,7 +301,7 @@ def policy_step(agent_fn, obs, actions, logprobs, values, rng, step):
     # trick: the step is a device tensor and the storage is written inside the step: one compiled graph (and one CUDA
     # graph) serves every step, its only input the 8-byte index
     with torch.no_grad():
-        logits, value = agent_fn(obs[:, step].squeeze(1))
+        logits, value = agent_fn(obs[:, step].squeeze(1))  # (trick: N seeds' agents, see agent_outputs)
         action, logprob = sample_actions(logits, counter_uniform(rng["seeds"], rng["counter"], 0, actions.shape[2]))
         actions[:, step], logprobs[:, step], values[:, step] = action[:, None], logprob[:, None], value[:, None]
     return action
@@ -334,8 +335,9 @@ def rollout_step(agent_fn, obs, actions, logprobs, values, rewards, dones, env, 
     rng["counter"].add_(1)  # (trick: the counter-based RNG's counter, moved on inside the graph)
 
 
-def advantages_and_returns(agent_fn, rewards, dones, values, advantages, returns, gamma, gae_lambda, next_obs,
-                           next_done):  # fmt: skip
+def advantages_and_returns(
+    agent_fn, rewards, dones, values, advantages, returns, gamma, gae_lambda, next_obs, next_done
+):  # fmt: skip  (trick: the env's state is the next obs)
     """The bootstrap value of next_obs and GAE over the (N, T, B) rollout storage (each seed's along its time dim),
     written into advantages and returns."""
     # trick: the bootstrap value and GAE are one function of the storage, compiled and captured like the updates
@@ -387,28 +389,28 @@ LOGGED = ("loss", "policy", "value", "entropy", "old_approx_kl", "approx_kl", "c
 
 
 def update(
-    agent_fn, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,
+    agent_fn, optimizer, obs, actions, logprobs, advantages, returns, values, mb_inds,  # (trick: N seeds: agent_fn)
     clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss, max_grad_norm,
 ):  # fmt: skip
-    """One gradient step of each seed on its minibatch mb_inds (N, M) of its flat batch (obs (N, T * B, obs_dim));
-    returns its LOGGED statistics, (len(LOGGED), N)."""
+    """One gradient step on the minibatch mb_inds of the flat batch (T * B rows); returns its LOGGED statistics."""
+    # (trick: of each seed at once: mb_inds (N, M) into its flat batch (N, T * B, ...), the statistics (LOGGED, N))
     # trick: the minibatch is gathered here, inside the compiled (and captured) update: the flat batch is bound once and
     # its indices are the only input; each seed gathers from its own batch
     obs = torch.take_along_dim(obs, mb_inds[..., None], dim=1)
     actions, logprobs, advantages, returns, values = [
         x.gather(1, mb_inds) for x in (actions, logprobs, advantages, returns, values)
     ]
-    logits, newvalue = agent_fn(obs)
+    logits, newvalue = agent_fn(obs)  # (trick: N seeds' agents, see agent_outputs)
     probs = Categorical(logits=logits, validate_args=False)
     loss, stats = ppo_loss(
-        probs.log_prob(actions), logprobs, probs.entropy(), newvalue, values, advantages, returns,
+        probs.log_prob(actions), logprobs, probs.entropy(), newvalue, values, advantages, returns,  # (trick: above)
         clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
     )  # fmt: skip
     # trick: the gradients from torch.autograd.grad, not backward() into .grad: traced into the compiled graph (see
     # main). The seeds' losses summed: seed k's parameters appear in its loss alone, so each gets its own gradient
     grads = torch.autograd.grad(loss.sum(), optimizer["params"])
     with torch.no_grad():
-        clip_grad_norm_per_seed(grads, max_grad_norm)
+        clip_grad_norm_per_seed(grads, max_grad_norm)  # (trick: each seed by its own norm)
     adam_step(optimizer, grads)
     return torch.stack([loss.detach(), *stats.values()])  # (trick: one output a replay; no distribution checks)
 
@@ -436,7 +438,7 @@ def iteration(rollout, advantages_fn, update_fn, step_index, rng, batch_size, mi
 
 def check_args(args):
     """Reject bad input before any training."""
-    positive = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "num_seeds")
+    positive = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "num_seeds")  # (trick)
     bk.check_flags(__file__, args, positive)
     if args.eval_checkpoint is not None:
         return
@@ -459,7 +461,7 @@ def check_args(args):
 
 
 def evaluate(args, device):
-    """Play args.eval_episodes episodes with the greedy (most probable) action of a saved agent (--eval-seed's)."""
+    """Play args.eval_episodes episodes with the greedy (most probable) action of a saved agent."""
     checkpoint = bk.load_checkpoint(__file__, args.eval_checkpoint, "model")
     args.env_id = checkpoint["args"]["env_id"]
     # (trick: a --num-seeds run's checkpoint: "model" its first seed's agent, "models" every seed's, stacked)
@@ -471,7 +473,7 @@ def evaluate(args, device):
                                                           checkpoint["models"].items()}  # fmt: skip
     with bk.Run(__file__, args, device, mode="eval", eval_seed=seed) as run:
         envs = make_envs(args.env_id, 1, run.videos)
-        agent = Agent(envs.single_observation_space.shape[0], int(envs.single_action_space.n)).to(device)
+        agent = Agent(envs.single_observation_space.shape[0], int(envs.single_action_space.n)).to(device)  # (trick)
         agent.load_state_dict(model)
 
         def act(obs):
@@ -557,10 +559,10 @@ def main(args):
         advantages_fn = partial(advantages_fn, agent_fn, rewards, dones, values, advantages, returns, args.gamma,
                                 args.gae_lambda, env["state"], env["done"])  # fmt: skip
         update_fn = partial(
-            update_fn, agent_fn, optimizer, obs.flatten(1, 2), actions.flatten(1, 2), logprobs.flatten(1, 2),
-            advantages.flatten(1, 2), returns.flatten(1, 2), values.flatten(1, 2), clip_coef=args.clip_coef,
-            ent_coef=args.ent_coef, vf_coef=args.vf_coef, norm_adv=args.norm_adv, clip_vloss=args.clip_vloss,
-            max_grad_norm=args.max_grad_norm,
+            update_fn, agent_fn, optimizer, obs.flatten(1, 2), actions.flatten(1, 2),  # (trick: each seed's batch)
+            logprobs.flatten(1, 2), advantages.flatten(1, 2), returns.flatten(1, 2), values.flatten(1, 2),
+            clip_coef=args.clip_coef, ent_coef=args.ent_coef, vf_coef=args.vf_coef, norm_adv=args.norm_adv,
+            clip_vloss=args.clip_vloss, max_grad_norm=args.max_grad_norm,
         )  # fmt: skip
         # (trick: the iteration's pieces bound into one function of no input)
         iteration_fn = partial(iteration, rollout, advantages_fn, update_fn, step_index, rng, args.batch_size,
@@ -583,9 +585,10 @@ def main(args):
         for iteration_number in run.progress(range(1, args.num_iterations + 1)):  # (trick: `iteration` is the function)
             # Annealing the rate if instructed to do so.
             if args.anneal_lr:
-                frac = 1.0 - (iteration_number - 1.0) / args.num_iterations
+                frac = 1.0 - (iteration_number - 1.0) / args.num_iterations  # (trick: `iteration` is the function)
                 lrnow = frac * args.learning_rate
                 optimizer["lr"].fill_(lrnow)  # (trick: in place, the graphs read this tensor)
+            # (trick: the env steps of the iteration's steps, known before it runs: its episodes are read after it)
             steps_at = [global_step + (step + 1) * args.num_envs for step in range(args.num_steps)]
 
             # trick: the rollout, GAE and the updates in one call, no host read in it
@@ -615,6 +618,7 @@ def main(args):
                 "losses/old_approx_kl": losses["old_approx_kl"], "losses/approx_kl": losses["approx_kl"],
                 "losses/clipfrac": losses["clipfrac"], "losses/explained_variance": losses["explained_variance"],
             })  # fmt: skip
+        # (trick: no gymnasium envs to close: the env is tensors)
 
 
 if __name__ == "__main__":
