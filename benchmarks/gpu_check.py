@@ -55,6 +55,9 @@ class Twin:
     short: tuple = ()  # without a learning check: the flags of a short run on the GPU
     dry: tuple | None = None  # the CPU dry run's flags; None: tests/regression.py's flags for the pair
     env: dict = field(default_factory=dict)  # more environment variables for its process
+    # its draws are a counter-based RNG's, the counter (an int64 tensor of one element) in the state the function
+    # writes (the device-env files): the probe lets it move on between calls, as the graph's replays do
+    counter: bool = False
 
 
 INV = ("--env-id", "InvertedPendulum-v4")  # with the scripts' default seed, 1, as the tests run it
@@ -90,7 +93,11 @@ TWINS = [  # the slowest to compile first (R2D2's unrolled LSTM)
     Twin("pqn_torchcompile", ("policy_step",), ("--total-timesteps", "51200", "--seed", "1"), ((100, 35),),
          "tests/test_pqn.py::test_learns_cartpole_in_51k_steps"),
     Twin("pqn_device_env", ("iteration",), ("--total-timesteps", "65536", "--seed", "1"), ((100, 60),),
-         "tests/test_pqn_device_env.py::test_learns_cartpole_in_65k_steps", dry=DEVICE_ENV_DRY),
+         "tests/test_pqn_device_env.py::test_learns_cartpole_in_65k_steps", dry=DEVICE_ENV_DRY, counter=True),
+    Twin("ppo_device_env", ("iteration",),
+         ("--num-envs", "32", "--num-steps", "32", "--total-timesteps", "81920", "--num-seeds", "2"), ((100, 100),),
+         "tests/test_ppo_device_env.py::test_learns_cartpole_in_two_seeds_at_once", dry=DEVICE_ENV_DRY,
+         counter=True),
     Twin("ppo_atari_envpool_torchcompile", ("policy_step",), short=ATARI_SHORT),
     Twin("dqn_atari_envpool_torchcompile", ("epsilon_greedy", "train_step"),
          short=("--buffer-size", "4000", "--learning-starts", "1000", "--total-timesteps", "2048")),
@@ -119,8 +126,9 @@ class Watched:
     """A script's CudaGraphModule, as the script uses it; at its first replay, before running it, its draws are
     checked (check_draws) from that state: the run's own inputs and state, early in the run (epsilon still high)."""
 
-    def __init__(self, cgm, replays, named):
+    def __init__(self, cgm, replays, named, counter=False):
         self.cgm, self.replays, self.calls, self.inputs, self.verdict, self.seconds = cgm, replays, 0, None, None, 0.0
+        self.counter = counter  # Twin.counter
         self.named = named  # the functions that must draw (the others: 10 eager calls first, to see whether they do)
         fn = cgm.module
         for attribute in ("_torchdynamo_orig_callable", "__wrapped__", "func") * 3:  # a compiled one's, a partial's
@@ -147,14 +155,14 @@ def _clone(x):
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
-def watching(module, replays, named):
+def watching(module, replays, named, counter=False):
     """Patches module.CudaGraphModule: every one the script makes is kept (returned list) and works as before."""
     from unittest import mock
 
     made, cls = [], module.CudaGraphModule
 
     def make(*args, **kwargs):
-        made.append(Watched(cls(*args, **kwargs), replays, named))
+        made.append(Watched(cls(*args, **kwargs), replays, named, counter))
         return made[-1]
 
     return mock.patch.object(module, "CudaGraphModule", make), made
@@ -234,8 +242,9 @@ def sample(watched, replays, captured):
             out = watched.cgm(*inputs[0], **inputs[1]) if captured else watched.cgm.module(*inputs[0], **inputs[1])
         for name, values, discrete in _columns(out, written):
             rows.setdefault(name, ([], discrete))[0].append(values)
-        for whole, old, _ in saved:
-            whole.copy_(old)
+        for whole, old, t in saved:
+            if not (watched.counter and t.dtype == torch.int64 and t.numel() == 1):  # (Twin.counter: it moves on)
+                whole.copy_(old)
     return {name: (np.stack(values), discrete) for name, (values, discrete) in rows.items()}
 
 
@@ -389,7 +398,7 @@ def worker(name, out, dry, freeze, replays):
     report = dict(script=twin.script, flags=flags, dry_run=dry, freeze_draws=freeze, replays=replays,
                   device=torch.cuda.get_device_name() if torch.cuda.is_available() and not dry else "cpu",
                   torch=torch.__version__)  # fmt: skip
-    patch, made = watching(module, replays, twin.draws)
+    patch, made = watching(module, replays, twin.draws, twin.counter)
     start = time.time()
     with as_on_cuda(module, args, freeze_draws=freeze) if dry else contextlib.nullcontext(), patch:
         module.main(args)

@@ -34,7 +34,7 @@ ppo_continuous_action, sac_continuous_action): what an SB3 user runs. It writes 
 our scripts do (its sps: from its start, after its imports; it has no burn-in); the record's script is sb3_zoo.py,
 with sb3_algo.
 
-Many agents (--num-seeds N, pqn_device_env.py: N independent agents in one process): the target is reached when a
+Many agents (--num-seeds N, the device-env files: N independent agents in one process): the target is reached when a
 fraction (--solved-fraction, default 0.9) of the N seeds each have a last-100 mean at the target (with --min-games
 games) at the same moment; the curve gains each game's seed and the fraction solved then, and last100_mean is the
 mean over seeds of each seed's (seeds with a game). The spec's figure: 64 CartPole agents, 90% at 475, within 60 s:
@@ -63,7 +63,8 @@ from benchmarks.harness import ROOT, session_machine  # noqa: E402  (the machine
 DEFAULT_SCRIPT = "leanrl/pqn_atari_envpool_torchcompile.py"
 TARGETS = {"pqn_atari_envpool": 385.0, "ppo_atari_envpool": 400.0}  # by pair: the script's name less _torchcompile
 TARGETS["pqn_device_env"] = 475.0  # CartPole-v1 solved (issue 44: its env on the device, the score in seconds)
-ENVS = {"pqn_device_env": "CartPole-v1"}  # a script's env where it is not Breakout-v5
+TARGETS["ppo_device_env"] = 475.0  # the same for PPO's (issue 49)
+ENVS = {"pqn_device_env": "CartPole-v1", "ppo_device_env": "CartPole-v1"}  # a script's env where not Breakout-v5
 # issue 51: time to a score on a CPU, beside SB3 with the zoo's settings (CartPole solved; HalfCheetah 3,000)
 CPU_TARGETS = dict(dqn=475.0, ppo=475.0, pqn=475.0, ppo_continuous_action=3000.0, sac_continuous_action=3000.0)
 ENVS.update(dqn="CartPole-v1", ppo="CartPole-v1", pqn="CartPole-v1", ppo_continuous_action="HalfCheetah-v4",

@@ -983,6 +983,28 @@ def plot_seeds(run_dir, path, solved_at=None, title=""):
     plt.close(fig)
 
 
+def many_agents_markdown(lines):
+    """--many-agents: a row per run (a --num-seeds run or a one-seed script beside it): its wall time, each agent's
+    steps, the last-100 mean (over seeds: their mean ± std and interquartile mean) and the fraction of seeds at the
+    env's solved mark, stamped with each machine and commit."""
+    stamps = sorted({f"{hardware_of(line)}, `{(line.get('commit') or 'no commit')[:7]}`" for line in lines})
+    out = [f"Measured on {'; '.join(stamps)} ([runs](plots/many-agents/results.jsonl)): wall time, compile included; "
+           "the mean of each seed's last 100 episodes.", "",
+           "| run | wall time | steps an agent | last-100 mean | seeds at the mark |",
+           "|---|---|---|---|---|"]  # fmt: skip
+    for line in lines:
+        seeds, agg = (line.get("seeds") or {}).get("seed", [line["seed"]]), line.get("aggregate") or {}
+        run = f"`{line['script']}`" + (" --compile" if line.get("compile") else "")
+        run += f" --num-seeds {len(seeds)}" if len(seeds) > 1 else ", one seed"
+        if len(seeds) > 1 and agg.get("mean") is not None:
+            mean = f"{fmt_return(agg['mean'], agg['std'])}, IQM {fmt_return(agg['iqm'])}"
+            solved = f"{agg['solved']:.0%} at {agg['solved_at']:g}"
+        else:
+            mean, solved = ("—" if line["mean_return"] is None else fmt_return(line["mean_return"])), "—"
+        out.append(f"| {run} | {line['wall_s']:.0f} s | {line['steps']:,} | {mean} | {solved} |")
+    return "\n".join(out) + "\n"
+
+
 def seeds_main(args):
     """--seeds: a PNG of every seed's curve with their mean for each run folder, stamped with the run's hardware from
     its results line (in the results file beside the folder)."""
@@ -1092,9 +1114,19 @@ def main(argv=None):
     )
     parser.add_argument("--seeds", nargs="+", help="run folders of --num-seeds runs: every seed's last-100 mean and "
                         "their mean against steps (OUT or the folder: seeds_<run>.png)")  # fmt: skip
+    parser.add_argument("--many-agents", nargs="+", help="results files of --num-seeds runs and one-seed runs "
+                        "beside them: the table (printed; --publish: into the many-agents markers)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.seeds:
         return seeds_main(args)
+    if args.many_agents:
+        table = many_agents_markdown([line for path in args.many_agents for line in read_results(path)])
+        print(table)
+        if args.publish:
+            readme = Path(args.readme or ROOT / "README.md")
+            readme.write_text(splice(readme.read_text(), "many-agents", table))
+            print(f"plot.py: published: {readme} (many-agents)")
+        return
     if args.time_to_score:
         return time_to_score_main(args)
     if args.gpu:

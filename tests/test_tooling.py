@@ -358,6 +358,8 @@ def test_the_current_docs_tables_are_what_plot_renders_from_the_committed_runs()
     )
     assert block(gpu_doc, "gpu-sessions").count("### NVIDIA H200") == 2 and "host syncs" not in gpu_doc.split("##")[1]
     assert block(readme, "gpu-table") == plot.gpu_markdown(sessions[0], brief=True).strip()
+    many = plot.read_results(ROOT / "plots" / "many-agents" / "results.jsonl")
+    assert block(readme, "many-agents") == plot.many_agents_markdown(many).strip() and len(many) == 2
     steady = (ROOT / "benchmarks" / "results" / "steady_cpu.md").read_text()
     cpu_doc = (ROOT / "docs" / "cpu-speed.md").read_text()
     assert block(cpu_doc, "steady-table") == plot.steady_brief(steady, "../benchmarks/results/steady_cpu.md").strip()
