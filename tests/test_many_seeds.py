@@ -114,16 +114,17 @@ def test_the_draws_of_a_seed_do_not_depend_on_the_batch():
 # ---------------------------------------------------------------- seed k in a batch is seed k alone
 
 
-def per_seed_updates(monkeypatch):
-    """Record every update's per-seed (TD loss, mean Q), (2, N), as the script's eager update returns them."""
-    calls, update = [], script.update
+def per_seed_updates(monkeypatch, module=script):
+    """Record every update's per-seed statistics ((TD loss, mean Q), (2, N), here), as the module's eager update
+    returns them."""
+    calls, update = [], module.update
 
     def recorded(*args, **kwargs):
         out = update(*args, **kwargs)
         calls.append(out.detach().clone())
         return out
 
-    monkeypatch.setattr(script, "update", recorded)
+    monkeypatch.setattr(module, "update", recorded)
     return calls
 
 

@@ -23,7 +23,7 @@ from conftest import (
 from gpu_standin import CONTRACTS, host_reads, run_main
 from reference import gae_reference, random_ppo_minibatch, random_rollout
 from test_gpu_path import same_run
-from test_many_seeds import seed_curve
+from test_many_seeds import per_seed_updates, seed_curve
 from test_pqn_device_env import random_states
 
 NAME = "ppo_device_env"
@@ -151,22 +151,9 @@ def test_clipping_per_seed_is_clip_grad_norm_of_each_seed_alone():
 # ---------------------------------------------------------------- seed k in a batch is seed k alone
 
 
-def recorded_updates(monkeypatch):
-    """Record every update's per-seed statistics, (len(LOGGED), N), as the script's eager update returns them."""
-    calls, update = [], script.update
-
-    def recorded(*args, **kwargs):
-        out = update(*args, **kwargs)
-        calls.append(out.detach().clone())
-        return out
-
-    monkeypatch.setattr(script, "update", recorded)
-    return calls
-
-
 def run_of(seed_flags, folder, monkeypatch):
     folder.mkdir()
-    calls = recorded_updates(monkeypatch)
+    calls = per_seed_updates(monkeypatch, script)
     line, _ = main_in_process(script, [*TINY, *seed_flags], folder)
     run_dir = folder / line["run_name"]
     checkpoint = torch.load(run_dir / f"{NAME}.pt", weights_only=True)
