@@ -511,28 +511,46 @@ def median_of(cell):
     return cell.split(" (")[0]
 
 
+PEER_NAMES = {"peer": "LeanRL", "sb3": "SB3", "torchrl": "TorchRL"}  # steady.py's peer sides, as the README names them
+
+
 def steady_brief(table, link):
-    """The README's cut of benchmarks/steady.py's table with a peer side: one row a script, ours beside LeanRL's
-    (steps per CPU-second and the cold warm-up as medians over the rounds, their ratio with its range); the whole
-    table stays in `link`. Without a peer: as is."""
+    """The README's cut of benchmarks/steady.py's table with peer sides (LeanRL, SB3, TorchRL, whichever it has): one
+    row a script of ours, its steps per CPU-second beside each peer's, our ratio to each with its range over the
+    rounds, and our cold warm-up, as medians; the whole table stays in `link`. SB3 has no compile option: a twin's row
+    shows SB3's eager run, as the whole table pairs them. Without a peer: as is."""
     lines = table.strip().splitlines()
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| `")]
-    if not any(row[1] == "peer" for row in rows):
+    present = [side for side in PEER_NAMES if any(row[1] == side for row in rows)]
+    if not present:
         return table
+    columns = cells_of(next(line for line in lines if line.startswith("| run | side |")))
+    ratio_at = {}  # peer side: the column of our ratio to it, per CPU-second
+    for i, name in enumerate(columns):
+        if name.endswith(", CPU-s") and "/" in name:
+            ratio_at[name.removesuffix(", CPU-s").split("/")[1]] = i
     head = [line for line in lines if not line.startswith("|")][:2]
     rounds = re.search(r"(\d+) interleaved round", head[0])
     rounds = int(rounds.group(1)) if rounds else 1
     how = "one round" if rounds == 1 else f"{rounds} rounds: medians and the ratio's range"
-    out = [*head, "", f"Ours beside LeanRL's, {how} ([all columns]({link})).", ""]
-    out += ["| run | steps/CPU-s | LeanRL's | ours / LeanRL | warm-up s (LeanRL's) |", "|---|---|---|---|---|"]
-    peer = {row[0]: row for row in rows if row[1] == "peer"}
+    names = [PEER_NAMES[side] for side in present]
+    out = [*head, "", f"Steps per CPU-second, ours beside {', '.join(names)}, {how} ([all columns]({link})).", ""]
+    out += ["| run | ours | " + " | ".join(names) + " | " + " | ".join(f"ours / {n}" for n in names) + " | warm-up s |"]
+    out += ["|---" * (3 + 2 * len(names)) + "|"]
+    by_side = {(row[0], row[1]): row for row in rows}
     for row in rows:
-        if row[1] not in ("peer", "sb3", "torchrl"):  # ours (SB3's and TorchRL's columns: the whole table)
-            theirs = peer.get(row[0], [""] * 10)
-            found = theirs[3] not in ("", "—")
-            theirs_sps = median_of(theirs[3]) if found else "—"
-            warmup = median_of(row[5]) + (f" ({median_of(theirs[5])})" if found else "")
-            out.append(f"| {row[0]} | {median_of(row[3])} | {theirs_sps} | {row[8] or '—'} | {warmup} |")
+        if row[1] in PEER_NAMES:
+            continue
+        theirs, ratios = [], []
+        for side in present:
+            peer = by_side.get((row[0], side), [""] * 4)
+            shared = re.match(r"its `(.+)` run", peer[2])
+            if shared:  # SB3 in a twin's row: its run of the eager script
+                peer = by_side.get((f"`{shared.group(1)}`", side), [""] * 4)
+            theirs.append(median_of(peer[3]) if peer[3] not in ("", "—") else "—")
+            ratio = row[ratio_at[side]] if side in ratio_at and ratio_at[side] < len(row) else ""
+            ratios.append(ratio or "—")
+        out.append(f"| {row[0]} | {median_of(row[3])} | " + " | ".join(theirs + ratios) + f" | {median_of(row[5])} |")
     return "\n".join(out) + "\n"
 
 
@@ -866,6 +884,46 @@ def anchors_of(anchors, rec):
     return [a for a in anchors if a["pair"] == pair and a["env_id"] == rec["env_id"]]
 
 
+def run_of(rec):
+    """A time-to-score record's run: our script, or SB3's algorithm at the zoo's settings (time_to_score.py --sb3)."""
+    return f"SB3 {rec['sb3_algo'].upper()} (zoo)" if rec.get("sb3_algo") else f"`{rec['script']}`"
+
+
+def minutes_cell(rec):
+    """Minutes from launch to the target (bold), else the last-100 mean when the run stopped, and when."""
+    if rec["reached"]:
+        return f"**{rec['seconds_to_score'] / 60:.1f}**"
+    if rec.get("results") is None:
+        return "failed"
+    last = rec["last100_at_end"]
+    return ("no game" if last is None else fmt_return(last)) + f" at {rec['wall_s_at_end'] / 60:.1f}"
+
+
+def time_to_score_brief(records, link):
+    """The README's cut of the CPU runs beside SB3: a row a task (algorithm, env, target), the minutes of our eager
+    script, our twin --compile and SB3 at the zoo's settings (else the mean each had when stopped); every column
+    and the curves in `link`."""
+    stamps = sorted({f"{machine_of(rec)}, `{(rec['machine'].get('commit') or 'no commit')[:7]}`" for rec in records})
+    out = [
+        f"On a CPU beside SB3 at rl-baselines3-zoo's settings for the env: {'; '.join(stamps)}; minutes from launch "
+        "(cold compile included) to the last-100 mean's target, else that mean at the stop "
+        f"([all columns]({link})).",
+        "",
+        "| algorithm | env, target | ours | our twin --compile | SB3 (zoo) |",
+        "|---|---|---|---|---|",
+    ]
+    tasks = {}
+    for rec in records:
+        algo = (rec.get("sb3_algo") or rec["script"].removesuffix(".py").removesuffix(TWIN_SUFFIX)).upper()
+        algo = algo.replace("_CONTINUOUS_ACTION", "").replace("_", " ")
+        side = "sb3" if rec.get("sb3_algo") else "twin" if rec["script"].endswith(TWIN_SUFFIX + ".py") else "eager"
+        tasks.setdefault((algo, rec["env_id"], rec["target"]), {})[side] = minutes_cell(rec)
+    for (algo, env_id, target), cells in tasks.items():
+        row = [algo, f"{env_id}, {target:,g}", *(cells.get(side, "—") for side in ("eager", "twin", "sb3"))]
+        out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out) + "\n"
+
+
 def time_to_score_markdown(records, anchors, images=""):
     """The table: per run, the minutes from launch to the target (or the last-100 mean where the deadline stopped
     it), the env steps then, the run's steps/s, and the published whole-run minutes of the same pair; the figure."""
@@ -891,7 +949,7 @@ def time_to_score_markdown(records, anchors, images=""):
             steps = rec["steps_at_end"]
         sps = (rec.get("results") or {}).get("sps")
         published = "; ".join(f"{a['label']}: {a['minutes']:g}" for a in anchors_of(anchors, rec)) or "—"
-        row = [f"`{rec['script']}`", where, got, f"{steps:,}", "—" if sps is None else f"{sps:,.0f}", published]
+        row = [run_of(rec), where, got, f"{steps:,}", "—" if sps is None else f"{sps:,.0f}", published]
         out.append("| " + " | ".join(row) + " |")
     for machine in dict.fromkeys(map(machine_of, records)):
         out.append(f"\n![last-100 mean against wall-clock minutes]({images}time_to_score_{slug(machine)}.png)")
@@ -905,7 +963,7 @@ def plot_time_to_score(machine, records, anchors, path):
     fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
     for i, rec in enumerate(records):
         curve = rec["_curve"]
-        label = f"{rec['script'].removesuffix('.py')}" + (" (dry run)" if rec.get("dry_run") else "")
+        label = run_of(rec).strip("`") + (" (dry run)" if rec.get("dry_run") else "")
         if curve:
             ax.plot([max(w, 1.0) / 60 for w, *_ in curve], [c[3] for c in curve], color=f"C{i}", lw=1.4, label=label)
         ax.axhline(rec["target"], color=f"C{i}", lw=0.8, ls="--")
@@ -1055,8 +1113,17 @@ def time_to_score_main(args):
         readme = Path(args.readme or ROOT / "README.md")
         plots_dir = Path(args.plots_dir)
         images = Path(os.path.relpath(plots_dir, readme.resolve().parent)).as_posix() + "/"
-        text = splice(readme.read_text(), "time-to-score", time_to_score_markdown(records, anchors, images))
+        # a GPU's runs: the whole table; a CPU's (beside SB3): the cut, the whole table in plots_dir
+        gpu = [rec for rec in records if rec["machine"]["device"] != "cpu"]
+        cpu = [rec for rec in records if rec["machine"]["device"] == "cpu"]
+        text = readme.read_text()
+        if gpu:
+            text = splice(text, "time-to-score", time_to_score_markdown(gpu, anchors, images))
+        if cpu:
+            text = splice(text, "time-to-score-cpu", time_to_score_brief(cpu, images + "time_to_score_cpu.md"))
         publish_files(out, plots_dir, pngs)
+        if cpu:
+            (plots_dir / "time_to_score_cpu.md").write_text(time_to_score_markdown(cpu, anchors))
         readme.write_text(text)
         print(f"plot.py: published: {readme} (time-to-score) and {', '.join(pngs)} in {plots_dir}")
 

@@ -511,43 +511,58 @@ def test_replay_study_is_read_from_the_repository_with_its_source():
 
 def test_readme_steady_table_is_the_committed_harness_table():
     """./run.sh --steady --publish copies the harness's table to benchmarks/results and splices it into the README:
-    with LeanRL beside ours, its brief cut (plot.steady_brief), one row a script, the numbers the whole table has."""
-    steady_brief = plot.steady_brief
+    its brief cut (plot.steady_brief), one row a script of ours, each peer's median and our ratio to it as the whole
+    table has them."""
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- steady-table:start -->")[1].split("<!-- steady-table:end -->")[0].strip()
-    committed = ROOT / "benchmarks" / "results" / "steady_cpu.md"
-    whole = committed.read_text()
-    assert block == steady_brief(whole, "benchmarks/results/steady_cpu.md").strip()
+    whole = (ROOT / "benchmarks" / "results" / "steady_cpu.md").read_text()
+    assert block == plot.steady_brief(whole, "benchmarks/results/steady_cpu.md").strip()
     assert block.startswith("Measured on cpu; CPU ") and "./run.sh --steady" in block and "warm-up s" in block
-    rows = {"ours": {}, "peer": {}}
-    for line in whole.splitlines():
-        if line.startswith("| `"):
-            cells = [cell.strip() for cell in line.strip("|").split("|")]
-            rows["peer" if cells[1] == "peer" else "ours"][cells[0]] = cells
+    lines = whole.splitlines()
+    columns = plot.cells_of(next(line for line in lines if line.startswith("| run | side |")))
+    rows = {(cells[0], cells[1]): cells for cells in (plot.cells_of(line) for line in lines if line.startswith("| `"))}
+    brief_columns = plot.cells_of(next(line for line in block.splitlines() if line.startswith("| run |")))
+    peers = {name: side for side, name in plot.PEER_NAMES.items() if name in brief_columns}
+    assert peers, "the committed table has no peer"
     median = plot.median_of
     for line in block.splitlines():
-        if line.startswith("| `"):  # the medians of ours and LeanRL's and the ratio as the whole table has them
-            cells = [cell.strip() for cell in line.strip("|").split("|")]
-            ours, theirs = rows["ours"][cells[0]], rows["peer"].get(cells[0])
-            assert cells[1] == median(ours[3]) and cells[3] in (ours[8], "—")
-            assert cells[2] == (median(theirs[3]) if theirs else "—")
-            assert cells[4].startswith(median(ours[5]))
+        if not line.startswith("| `"):
+            continue
+        cells = dict(zip(brief_columns, plot.cells_of(line)))
+        ours = rows[cells["run"], "new"]
+        assert cells["ours"] == median(ours[3]) and cells["warm-up s"] == median(ours[5])
+        for name, side in peers.items():
+            theirs = rows.get((cells["run"], side))
+            if theirs and theirs[2].startswith("its `"):  # SB3's eager run in a twin's row
+                theirs = rows[f"`{theirs[2].split('`')[1]}`", side]
+            assert cells[name] == (median(theirs[3]) if theirs and theirs[3] != "—" else "—")
+            assert cells[f"ours / {name}"] == (ours[columns.index(f"new/{side}, CPU-s")] or "—")
 
 
 def test_steady_brief_gives_medians_and_says_how_many_rounds():
-    """Three rounds: the README's cut shows each median (not the min-max the whole table has beside it), LeanRL's
-    beside ours, the ratio with its range, and says it is three rounds; a table without a peer stays as is."""
+    """Three rounds: the README's cut shows each median (not the min-max the whole table has beside it), each
+    peer's beside ours (SB3's eager run in a twin's row), our ratio to each with its range, and says it is three
+    rounds; a table without a peer stays as is."""
     head = "Measured on cpu; CPU X; 3 interleaved round(s); by `cmd`.\nSides: new = abc, peer = LeanRL."
-    columns = "| run | side | rounds ok | steps/CPU-s | steps/s | warm-up s | CPU-s in warm-up | ms/iteration | r | r |"
+    columns = ("| run | side | rounds ok | steps/CPU-s | steps/s | warm-up s | CPU-s in warm-up | ms/iteration | "
+               "new/peer, CPU-s | new/peer, wall | new/sb3, CPU-s | new/sb3, wall |")  # fmt: skip
     whole = "\n".join([
-        head, "", columns, "|" + "---|" * 10,
-        "| `a.py` | new | 3/3 | 262 (259–264) | 261 | 7.68 (7.59–7.77) | 7 | 3,924 | 1.22x (1.21x–1.23x) | 1.2x |",
-        "| `a.py` | peer | 3/3 | 214 (213–216) | 214 | 9.12 (9.08–9.16) | 9 | 4,760 |  |  |",
-        "| `b.py` | new | 3/3 | 10,299 (10,100–10,400) | 10,290 | 2.68 (2.60–2.70) | 2 | 9 |  |  |",
+        head, "", columns, "|" + "---|" * 12,
+        "| `a.py` | new | 3/3 | 262 (259–264) | 261 | 7.68 (7.59–7.77) | 7 | 3,924 "
+        "| 1.22x (1.21x–1.23x) | 1.2x | 0.9x (0.8x–1.0x) | 0.9x |",
+        "| `a.py` | peer | 3/3 | 214 (213–216) | 214 | 9.12 (9.08–9.16) | 9 | 4,760 |  |  |  |  |",
+        "| `a.py` | sb3 | 3/3 | 290 (280–300) | 290 | 3.1 (3.0–3.2) | 3 | 10 |  |  |  |  |",
+        "| `a_torchcompile.py --compile` | new | 3/3 | 400 (390–410) | 400 | 30.5 (30–31) | 30 | 9 "
+        "| 2.0x (1.9x–2.1x) | 2x | 1.4x (1.3x–1.5x) | 1.4x |",
+        "| `a_torchcompile.py --compile` | peer | 3/3 | 200 (190–210) | 200 | 40.2 (40–41) | 40 | 9 |  |  |  |  |",
+        "| `a_torchcompile.py --compile` | sb3 | its `a.py` run | — | — | — | — | — |  |  |  |  |",
+        "| `b.py` | new | 3/3 | 10,299 (10,100–10,400) | 10,290 | 2.68 (2.60–2.70) | 2 | 9 |  |  |  |  |",
     ])  # fmt: skip
     brief = plot.steady_brief(whole, "x.md")
-    assert "3 rounds: medians" in brief and "(259–264)" not in brief
-    assert "| `a.py` | 262 | 214 | 1.22x (1.21x–1.23x) | 7.68 (9.12) |" in brief
-    assert "| `b.py` | 10,299 | — | — | 2.68 |" in brief
-    no_peer = whole.replace("| peer |", "| base |")
+    assert "3 rounds: medians" in brief and "(259–264)" not in brief and "beside LeanRL, SB3," in brief
+    assert "| run | ours | LeanRL | SB3 | ours / LeanRL | ours / SB3 | warm-up s |" in brief
+    assert "| `a.py` | 262 | 214 | 290 | 1.22x (1.21x–1.23x) | 0.9x (0.8x–1.0x) | 7.68 |" in brief
+    assert "| `a_torchcompile.py --compile` | 400 | 200 | 290 | 2.0x (1.9x–2.1x) | 1.4x (1.3x–1.5x) | 30.5 |" in brief
+    assert "| `b.py` | 10,299 | — | — | — | — | 2.68 |" in brief
+    no_peer = whole.replace("| peer |", "| base |").replace("| sb3 |", "| base |")
     assert plot.steady_brief(no_peer, "x.md") == no_peer

@@ -278,3 +278,42 @@ def test_many_seeds_are_timed_to_a_fraction_of_them_at_the_target(tmp_path):
     assert curves[2][1][-1] == pytest.approx(statistics.fmean(by_seed[2][-100:]))
     last = max(step for step, _, _ in games)
     assert plot.mean_over_seeds(curves, [last]) == [pytest.approx(statistics.fmean(curves[s][1][-1] for s in curves))]
+
+
+def cpu_record(script, env_id, target, reached, seconds=None, last=None, wall=300.0, sb3=None):
+    rec = record(script, reached, seconds=seconds, last=last, wall=wall)
+    rec.update(env_id=env_id, target=target, sb3_algo=sb3, curve=f"{sb3 or ''}{script}.curve.csv")
+    rec["machine"].update(device="cpu", cpu="AMD EPYC", cores=1, torch="2.13.0+cpu")
+    return rec
+
+
+def test_the_cpu_runs_beside_sb3_are_a_row_a_task_and_their_whole_table_is_beside_the_readme(tmp_path):
+    """The CPU cut: a row per (algorithm, env, target) with our eager script's, our twin's and SB3's minutes (bold when
+    reached, else the mean at the stop), SB3's runs named as SB3's, not as the script whose algorithm they share; a GPU
+    run in the same files goes to the GPU table only."""
+    records = [
+        cpu_record("dqn.py", "CartPole-v1", 475.0, True, seconds=55.2),
+        cpu_record("dqn_torchcompile.py", "CartPole-v1", 475.0, True, seconds=90.0),
+        cpu_record("dqn.py", "CartPole-v1", 475.0, False, last=301.25, wall=300.0, sb3="dqn"),
+        cpu_record("sac_continuous_action_torchcompile.py", "HalfCheetah-v4", 3000.0, False, last=2512.0, wall=1500),
+        cpu_record("sac_continuous_action.py", "HalfCheetah-v4", 3000.0, True, seconds=1200.0, sb3="sac"),
+        record("pqn_atari_envpool_torchcompile.py", True, seconds=437.25),
+    ]
+    path = write_records(tmp_path / "runs", records)
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- time-to-score:start -->\nold\n<!-- time-to-score:end -->\n"
+                      "<!-- time-to-score-cpu:start -->\nold\n<!-- time-to-score-cpu:end -->\n")  # fmt: skip
+    plots_dir = tmp_path / "plots"
+    plot.main(["--time-to-score", str(path), "--out", str(tmp_path / "out"), "--publish", "--readme", str(readme),
+               "--plots-dir", str(plots_dir)])  # fmt: skip
+    gpu, cpu = readme.read_text().split("<!-- time-to-score-cpu:start -->")
+    assert "pqn_atari_envpool_torchcompile.py" in gpu and "dqn.py" not in gpu and "SB3" not in gpu
+    rows = [row for row in cpu.splitlines() if row.startswith("| ") and not row.startswith("| algorithm")]
+    assert rows == [
+        f"| DQN | CartPole-v1, 475 | **{55.2 / 60:.1f}** | **{90 / 60:.1f}** | 301.2 at {300 / 60:.1f} |",
+        f"| SAC | HalfCheetah-v4, 3,000 | — | 2,512 at {1500 / 60:.1f} | **{1200 / 60:.1f}** |",
+    ]
+    assert "cpu · AMD EPYC (1 cores) · torch 2.13.0+cpu, `abc1234`" in cpu and "](plots/time_to_score_cpu.md)" in cpu
+    whole = (plots_dir / "time_to_score_cpu.md").read_text()
+    assert "| SB3 DQN (zoo) | cpu, 1 cores" in whole and "| `dqn.py` | cpu, 1 cores" in whole
+    assert "pqn_atari" not in whole and "![last-100 mean against wall-clock minutes](time_to_score_cpu-" in whole
