@@ -300,7 +300,7 @@ def returns_markdown(tables, failures, published, images="", png="learning", par
     for hardware, rows in sorted(tables.items()):
         variants = [v for v in VARIANTS if any(v in cells for cells in rows.values())]
         what = (
-            "the cells as in the table above"
+            "the cells as in the README's first returns table"
             if part
             else "the mean episodic return of the last 100 episodes of each run, mean ± std over seeds (n = seeds; "
             "then the wall time of one run). CleanRL: its published 3-seed figure for the same env and budget "
@@ -1260,7 +1260,12 @@ def main(argv=None):
             readme = Path(args.readme or ROOT / ("README.md" if args.learning else "docs/cpu-speed.md"))
             plots_dir = Path(args.plots_dir)
             images = Path(os.path.relpath(plots_dir, readme.resolve().parent)).as_posix() + "/"
-            text = splice(readme.read_text() if readme.exists() else "", marker, table(images))
+            text = readme.read_text() if readme.exists() else ""
+            if part and f"<!-- {marker}:start -->" not in text:  # a part the README links, not splices: its file
+                publish_files(out, plots_dir, [name, *pngs])
+                print(f"plot.py: published: {name} and the PNGs in {plots_dir} ({readme} links them)")
+                return
+            text = splice(text, marker, table(images))
             publish_files(out, plots_dir, [name, *pngs])
             readme.write_text(text)
             print(f"plot.py: published: {readme} ({marker}), {name} and the PNGs in {plots_dir}")

@@ -367,7 +367,7 @@ def test_a_part_of_the_returns_section_is_published_beside_the_main_table(tmp_pa
     assert "480.0" in main_block and "dqn_atari" not in main_block
     part = text.split("<!-- returns-table-atari:start -->")[1].split("<!-- returns-table-atari:end -->")[0]
     assert "| `dqn_atari_envpool` | Breakout-v5 | 50,000 | 3.0 ± 1.4 (n=2, 2 min) | — |" in part
-    assert "the cells as in the table above" in part and "docs.cleanrl.dev" not in part  # said once, above
+    assert "the cells as in the README's first returns table" in part and "docs.cleanrl.dev" not in part  # said once
     assert (
         "--only dqn_atari_envpool" in part and "](plots/learning_atari_cpu-test-cpu-2-cores-torch-2-13-0.png)" in part
     )
@@ -378,6 +378,22 @@ def test_a_part_of_the_returns_section_is_published_beside_the_main_table(tmp_pa
     with pytest.raises(SystemExit) as error:  # a part is a plain word, and only for --learning
         plot.main(["--results", str(results), "--part", "atari", *where])
     assert error.value.code == 2
+
+
+def test_a_part_the_readme_only_links_is_published_as_its_file(tmp_path):
+    """A part without markers in the README (Atari's: the README links plots/returns_atari.md) is written to its file
+    and PNGs; the README is left as it was."""
+    readme, plots_dir = tmp_path / "README.md", tmp_path / "plots"
+    readme.write_text(readme_with_markers(readme))
+    before = readme.read_text()
+    atari = [line("dqn_atari_envpool.py", 90.0, seed=1, env_id="Breakout-v5", total=50_000, mean_return=2.5)]
+    results = write_results(tmp_path / "atari", atari, "./run.sh --learning --only dqn_atari_envpool")
+    plot.main(["--results", str(results), "--learning", "--part", "atari", "--publish", "--readme", str(readme),
+               "--plots-dir", str(plots_dir)])  # fmt: skip
+    assert readme.read_text() == before
+    published = (plots_dir / "returns_atari.md").read_text()
+    assert "| `dqn_atari_envpool` | Breakout-v5 | 50,000 | 2.5 (n=1, 2 min) |" in published
+    assert "learning_atari_cpu-test-cpu-2-cores-torch-2-13-0.png" in {p.name for p in plots_dir.iterdir()}
 
 
 def test_publish_without_markers_fails_before_writing_anything(tmp_path, monkeypatch):
