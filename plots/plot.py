@@ -1261,7 +1261,7 @@ def main(argv=None):
             plots_dir = Path(args.plots_dir)
             images = Path(os.path.relpath(plots_dir, readme.resolve().parent)).as_posix() + "/"
             text = readme.read_text() if readme.exists() else ""
-            if part and f"<!-- {marker}:start -->" not in text:  # a part the README links, not splices: its file
+            if args.part and f"<!-- {marker}:start -->" not in text:  # a part the README links, not splices: its file
                 publish_files(out, plots_dir, [name, *pngs])
                 print(f"plot.py: published: {name} and the PNGs in {plots_dir} ({readme} links them)")
                 return
