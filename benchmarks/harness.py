@@ -265,10 +265,12 @@ def stamp_first_loop(on_item, on_end=None):
     tqdm.tqdm = StampedTqdm
 
 
-def stamp_first_bar(on_update):
+def stamp_first_bar(on_update, total=None):
     """Wrap tqdm.tqdm so that on_update(n, now) runs after each update of the first bar the process updates, n the sum
     of its updates so far: the progress of a script that steps its bar by hand (TorchRL's sota-implementations update
-    it with the frames of each collected batch, our SB3 drivers once a rollout). Other bars are not stamped."""
+    it with the frames of each collected batch, our SB3 drivers once a rollout). With `total`, the first of the bars
+    of that total (the run's frames: TorchRL's compile option steps a bar of its own before the training's). Other
+    bars are not stamped."""
     import tqdm
 
     base, claimed = tqdm.tqdm, []
@@ -276,9 +278,9 @@ def stamp_first_bar(on_update):
     class StampedBar(base):
         def update(self, n=1):
             shown = super().update(n)
-            if not claimed:
+            if not claimed and (total is None or self.total == total):
                 claimed.append([self, 0])
-            if claimed[0][0] is self:
+            if claimed and claimed[0][0] is self:
                 claimed[0][1] += n
                 on_update(claimed[0][1], time.time())
             return shown

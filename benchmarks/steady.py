@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ITER_KEYS = ("iter_s_median", "iter_s_p10", "iter_s_p90")
 TICKS_FILE = "LEANRL_TICKS_FILE"  # where the measured process writes its ticks
 TICKS_FROM = "LEANRL_TICKS_FROM"  # "tqdm": a peer's script, stamped through its progress loop
+BAR_TOTAL = "LEANRL_BAR_TOTAL"  # "bar": the total of the bar to stamp, the run's env steps
 PEER = "peer"  # the peer's side
 PEER_STAMP = "LeanRL (patched, see docs/cpu-speed.md)"  # what the table calls the peer: no local path
 PEER_FOLDER = "<patched LeanRL>"  # and its folder in the command that measured it
@@ -150,7 +151,8 @@ def stamp_bar(harness, ticks_file):
     import atexit
 
     header, rows = {"source": "bar", "steps_per_item": 1}, []
-    harness.stamp_first_bar(lambda done, now: rows.append((done, now, cpu_time())))
+    total = int(os.environ.pop(BAR_TOTAL)) if os.environ.get(BAR_TOTAL) else None  # the bar of the run's frames
+    harness.stamp_first_bar(lambda done, now: rows.append((done, now, cpu_time())), total)
     atexit.register(lambda: write_ticks(ticks_file, header, rows))
 
 
@@ -389,6 +391,9 @@ def measure(
     env = dict(start_env, **{TICKS_FILE: str(ticks)})
     if peer:  # LeanRL's scripts call wandb.init unless it is disabled
         env.update({TICKS_FROM: peer, "WANDB_MODE": "disabled"})
+    if peer == "bar":  # the bar to stamp: the one counting the run's env steps (SB3's flag, TorchRL's override)
+        env[BAR_TOTAL] = next((word.split("=")[1] for word in argv if word.startswith("collector.total_frames=")),
+                              argv[argv.index("--total-timesteps") + 1] if "--total-timesteps" in argv else "")  # fmt: skip
     if python:  # its venv's packages alone: on its path only the hook's folder (hook_env put it first)
         env["PYTHONPATH"] = env["PYTHONPATH"].split(os.pathsep)[0]
     else:

@@ -362,6 +362,10 @@ import tqdm
 overrides = dict(word.split("=", 1) for word in sys.argv[1:])
 assert overrides["logger.backend"] == "" and overrides["collector.env_per_collector"] == "1", overrides
 total, frames = int(overrides["collector.total_frames"]), int(overrides["collector.frames_per_batch"])
+if overrides["compile.compile"] == "True":  # a bar stepped before the training's (as with TorchRL's compile option)
+    warm = tqdm.tqdm(total=7)
+    for _ in range(7):
+        warm.update(1)
 pbar = tqdm.tqdm(total=total)
 other = tqdm.tqdm(total=3)  # another bar, made after the first: not stamped
 for batch in range(total // frames):
@@ -439,7 +443,8 @@ def test_sb3_and_torchrl_are_timed_by_their_progress_bars_torchrl_compiled_in_th
     assert settings["gradient_steps"] == 1 and settings["policy_kwargs"] == {"net_arch": [256, 256]}
     sb3 = by[eager, "sb3"]
     assert sb3["source"] == "bar" and sb3["burnin"] == 20 and sb3["steady_steps"] == 30 and sb3["steps"] == 50
-    # TorchRL: stamped by batch (10 frames), compile.compile as ours in each row
+    # TorchRL: stamped by batch (10 frames), the bar of the run's frames (not a bar stepped before it), compile.compile
+    # as ours in each row
     for label, compiled in [(eager, "False"), (twin, "True")]:
         run = by[label, "torchrl"]
         assert f"compile.compile={compiled}" in run["argv"] and "collector.init_random_frames=10" in run["argv"]
