@@ -392,8 +392,8 @@ def measure(
     if peer:  # LeanRL's scripts call wandb.init unless it is disabled
         env.update({TICKS_FROM: peer, "WANDB_MODE": "disabled"})
     if peer == "bar":  # the bar to stamp: the one counting the run's env steps (SB3's flag, TorchRL's override)
-        env[BAR_TOTAL] = next((word.split("=")[1] for word in argv if word.startswith("collector.total_frames=")),
-                              argv[argv.index("--total-timesteps") + 1] if "--total-timesteps" in argv else "")  # fmt: skip
+        sb3_total = argv[argv.index("--total-timesteps") + 1] if "--total-timesteps" in argv else ""
+        env[BAR_TOTAL] = next((w.split("=")[1] for w in argv if w.startswith("collector.total_frames=")), sb3_total)
     if python:  # its venv's packages alone: on its path only the hook's folder (hook_env put it first)
         env["PYTHONPATH"] = env["PYTHONPATH"].split(os.pathsep)[0]
     else:
