@@ -317,3 +317,16 @@ def test_the_cpu_runs_beside_sb3_are_a_row_a_task_and_their_whole_table_is_besid
     whole = (plots_dir / "time_to_score_cpu.md").read_text()
     assert "| SB3 DQN (zoo) | cpu, 1 cores" in whole and "| `dqn.py` | cpu, 1 cores" in whole
     assert "pqn_atari" not in whole and "![last-100 mean against wall-clock minutes](time_to_score_cpu-" in whole
+
+
+def test_the_readmes_cpu_cut_is_the_committed_cpu_runs_rendered():
+    # no number typed in: the README's CPU cut and plots/time_to_score_cpu.md are plot.py --publish's rendering of the
+    # runs committed in plots/time-to-score-cpu (records and curves)
+    text = (ROOT / "README.md").read_text()
+    cut = text.split("<!-- time-to-score-cpu:start -->\n")[1].split("<!-- time-to-score-cpu:end -->")[0]
+    records = plot.read_time_to_score(sorted((ROOT / "plots" / "time-to-score-cpu").glob("*.jsonl")))
+    assert records and all(rec["_curve"] and rec["machine"]["device"] == "cpu" for rec in records)
+    assert cut == plot.time_to_score_brief(records, "plots/time_to_score_cpu.md")
+    whole = (ROOT / "plots" / "time_to_score_cpu.md").read_text()
+    assert whole == plot.time_to_score_markdown(records, plot.read_anchors())
+    assert {rec.get("sb3_algo") for rec in records} >= {"dqn", "ppo", "sac"}  # SB3 beside ours
