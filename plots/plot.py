@@ -516,9 +516,9 @@ PEER_NAMES = {"peer": "LeanRL", "sb3": "SB3", "torchrl": "TorchRL"}  # steady.py
 
 def steady_brief(table, link):
     """The README's cut of benchmarks/steady.py's table with peer sides (LeanRL, SB3, TorchRL, whichever it has): one
-    row a script of ours, its steps per CPU-second beside each peer's, our ratio to each with its range over the
-    rounds, and our cold warm-up, as medians; the whole table stays in `link`. SB3 has no compile option: a twin's row
-    shows SB3's eager run, as the whole table pairs them. Without a peer: as is."""
+    row a script of ours, its steps per CPU-second, our ratio to each peer with its range over the rounds (SB3 has no
+    compile option: a twin's ratio is to SB3's eager run, as the whole table pairs them), and our cold warm-up, as
+    medians; each peer's own figures stay in `link`. Without a peer: as is."""
     lines = table.strip().splitlines()
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| `")]
     present = [side for side in PEER_NAMES if any(row[1] == side for row in rows)]
@@ -534,23 +534,13 @@ def steady_brief(table, link):
     rounds = int(rounds.group(1)) if rounds else 1
     how = "one round" if rounds == 1 else f"{rounds} rounds: medians and the ratio's range"
     names = [PEER_NAMES[side] for side in present]
-    out = [*head, "", f"Steps per CPU-second, ours beside {', '.join(names)}, {how} ([all columns]({link})).", ""]
-    out += ["| run | ours | " + " | ".join(names) + " | " + " | ".join(f"ours / {n}" for n in names) + " | warm-up s |"]
-    out += ["|---" * (3 + 2 * len(names)) + "|"]
-    by_side = {(row[0], row[1]): row for row in rows}
+    out = [*head, "", f"Steps per CPU-second, ours and our ratio to {', '.join(names)}, {how} ([theirs]({link})).", ""]
+    out += ["| run | ours | " + " | ".join(f"ours / {n}" for n in names) + " | warm-up s |"]
+    out += ["|---" * (3 + len(names)) + "|"]
     for row in rows:
-        if row[1] in PEER_NAMES:
-            continue
-        theirs, ratios = [], []
-        for side in present:
-            peer = by_side.get((row[0], side), [""] * 4)
-            shared = re.match(r"its `(.+)` run", peer[2])
-            if shared:  # SB3 in a twin's row: its run of the eager script
-                peer = by_side.get((f"`{shared.group(1)}`", side), [""] * 4)
-            theirs.append(median_of(peer[3]) if peer[3] not in ("", "—") else "—")
-            ratio = row[ratio_at[side]] if side in ratio_at and ratio_at[side] < len(row) else ""
-            ratios.append(ratio or "—")
-        out.append(f"| {row[0]} | {median_of(row[3])} | " + " | ".join(theirs + ratios) + f" | {median_of(row[5])} |")
+        if row[1] not in PEER_NAMES:
+            ratios = [(row[ratio_at[s]] if ratio_at.get(s, len(row)) < len(row) else "") or "—" for s in present]
+            out.append(f"| {row[0]} | {median_of(row[3])} | " + " | ".join(ratios) + f" | {median_of(row[5])} |")
     return "\n".join(out) + "\n"
 
 
@@ -903,11 +893,13 @@ def time_to_score_brief(records, link):
     """The README's cut of the CPU runs beside SB3: a row a task (algorithm, env, target), the minutes of our eager
     script, our twin --compile and SB3 at the zoo's settings (else the mean each had when stopped); every column
     and the curves in `link`."""
-    stamps = sorted({f"{machine_of(rec)}, `{(rec['machine'].get('commit') or 'no commit')[:7]}`" for rec in records})
+    commits = defaultdict(set)
+    for rec in records:
+        commits[machine_of(rec)].add(f"`{(rec['machine'].get('commit') or 'no commit')[:7]}`")
+    stamps = "; ".join(f"{machine}, {', '.join(sorted(c))}" for machine, c in commits.items())
     out = [
-        f"On a CPU beside SB3 at rl-baselines3-zoo's settings for the env: {'; '.join(stamps)}; minutes from launch "
-        "(cold compile included) to the last-100 mean's target, else that mean at the stop "
-        f"([all columns]({link})).",
+        f"Beside SB3 at rl-baselines3-zoo's settings, on {stamps}: minutes from launch (cold compile included) to the "
+        f"target, else the last-100 mean at the stop ([all columns]({link})).",
         "",
         "| algorithm | env, target | ours | our twin --compile | SB3 (zoo) |",
         "|---|---|---|---|---|",

@@ -527,7 +527,7 @@ def test_replay_study_is_read_from_the_repository_with_its_source():
 
 def test_readme_steady_table_is_the_committed_harness_table():
     """./run.sh --steady --publish copies the harness's table to benchmarks/results and splices it into the README:
-    its brief cut (plot.steady_brief), one row a script of ours, each peer's median and our ratio to it as the whole
+    its brief cut (plot.steady_brief), one row a script of ours, our median and our ratio to each peer as the whole
     table has them."""
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- steady-table:start -->")[1].split("<!-- steady-table:end -->")[0].strip()
@@ -538,27 +538,26 @@ def test_readme_steady_table_is_the_committed_harness_table():
     columns = plot.cells_of(next(line for line in lines if line.startswith("| run | side |")))
     rows = {(cells[0], cells[1]): cells for cells in (plot.cells_of(line) for line in lines if line.startswith("| `"))}
     brief_columns = plot.cells_of(next(line for line in block.splitlines() if line.startswith("| run |")))
-    peers = {name: side for side, name in plot.PEER_NAMES.items() if name in brief_columns}
+    peers = {name: side for side, name in plot.PEER_NAMES.items() if f"ours / {name}" in brief_columns}
     assert peers, "the committed table has no peer"
     median = plot.median_of
+    shown = []
     for line in block.splitlines():
         if not line.startswith("| `"):
             continue
         cells = dict(zip(brief_columns, plot.cells_of(line)))
         ours = rows[cells["run"], "new"]
+        shown.append(cells["run"])
         assert cells["ours"] == median(ours[3]) and cells["warm-up s"] == median(ours[5])
         for name, side in peers.items():
-            theirs = rows.get((cells["run"], side))
-            if theirs and theirs[2].startswith("its `"):  # SB3's eager run in a twin's row
-                theirs = rows[f"`{theirs[2].split('`')[1]}`", side]
-            assert cells[name] == (median(theirs[3]) if theirs and theirs[3] != "—" else "—")
             assert cells[f"ours / {name}"] == (ours[columns.index(f"new/{side}, CPU-s")] or "—")
+    assert shown == [label for label, side in rows if side == "new"]  # every script of ours, in the table's order
 
 
 def test_steady_brief_gives_medians_and_says_how_many_rounds():
-    """Three rounds: the README's cut shows each median (not the min-max the whole table has beside it), each
-    peer's beside ours (SB3's eager run in a twin's row), our ratio to each with its range, and says it is three
-    rounds; a table without a peer stays as is."""
+    """Three rounds: the README's cut shows our median (not the min-max the whole table has beside it), our ratio to
+    each peer with its range (SB3's in a twin's row: to its eager run, as the whole table has it), one row a script of
+    ours, and says it is three rounds; a table without a peer stays as is."""
     head = "Measured on cpu; CPU X; 3 interleaved round(s); by `cmd`.\nSides: new = abc, peer = LeanRL."
     columns = ("| run | side | rounds ok | steps/CPU-s | steps/s | warm-up s | CPU-s in warm-up | ms/iteration | "
                "new/peer, CPU-s | new/peer, wall | new/sb3, CPU-s | new/sb3, wall |")  # fmt: skip
@@ -575,10 +574,10 @@ def test_steady_brief_gives_medians_and_says_how_many_rounds():
         "| `b.py` | new | 3/3 | 10,299 (10,100–10,400) | 10,290 | 2.68 (2.60–2.70) | 2 | 9 |  |  |  |  |",
     ])  # fmt: skip
     brief = plot.steady_brief(whole, "x.md")
-    assert "3 rounds: medians" in brief and "(259–264)" not in brief and "beside LeanRL, SB3," in brief
-    assert "| run | ours | LeanRL | SB3 | ours / LeanRL | ours / SB3 | warm-up s |" in brief
-    assert "| `a.py` | 262 | 214 | 290 | 1.22x (1.21x–1.23x) | 0.9x (0.8x–1.0x) | 7.68 |" in brief
-    assert "| `a_torchcompile.py --compile` | 400 | 200 | 290 | 2.0x (1.9x–2.1x) | 1.4x (1.3x–1.5x) | 30.5 |" in brief
-    assert "| `b.py` | 10,299 | — | — | — | — | 2.68 |" in brief
+    assert "3 rounds: medians" in brief and "(259–264)" not in brief and "ratio to LeanRL, SB3," in brief
+    assert "| run | ours | ours / LeanRL | ours / SB3 | warm-up s |" in brief
+    assert "| `a.py` | 262 | 1.22x (1.21x–1.23x) | 0.9x (0.8x–1.0x) | 7.68 |" in brief
+    assert "| `a_torchcompile.py --compile` | 400 | 2.0x (1.9x–2.1x) | 1.4x (1.3x–1.5x) | 30.5 |" in brief
+    assert "| `b.py` | 10,299 | — | — | 2.68 |" in brief and brief.count("| `") == 3  # one row a script of ours
     no_peer = whole.replace("| peer |", "| base |").replace("| sb3 |", "| base |")
     assert plot.steady_brief(no_peer, "x.md") == no_peer

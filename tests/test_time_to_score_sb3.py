@@ -23,6 +23,8 @@ class DQN:
         self.num_timesteps = 0
 
     def learn(self, total_timesteps, callback):  # an episode every 10 steps, returns 10, 20, 30, ...
+        with open(os.environ["STUB_SETTINGS"] + ".total", "w") as f:
+            f.write(str(total_timesteps))
         callback.num_timesteps = 0
         for step in range(1, total_timesteps + 1):
             self.num_timesteps = callback.num_timesteps = step
@@ -68,6 +70,8 @@ def test_sb3_is_timed_to_the_score_its_episodes_reach_with_the_zoo_settings(tmp_
     assert settings == dict(learning_rate=2.5e-4, batch_size=512, buffer_size=100_000, learning_starts=0, gamma=0.99,
                             target_update_interval=5000, train_freq=16, gradient_steps=4, exploration_fraction=0.06,
                             exploration_final_eps=0.11)  # fmt: skip
+    # and the zoo's budget, which exploration_fraction is a fraction of (n_timesteps 2e5), not one of ours
+    assert (tmp_path / "settings.json.total").read_text() == "200000"
 
 
 def test_the_targets_beside_sb3_and_a_script_sb3_lacks(tmp_path, capsys):

@@ -6,7 +6,7 @@ stopped by SIGTERM or Ctrl-C). Runs in the peers' venv (benchmarks/peers/install
 Settings, from rl-baselines3-zoo's hyperparams/: dqn.yml's CartPole-v1 (commit 019107e), ppo.yml's CartPole-v1 and
 sac.yml's and ppo.yml's HalfCheetah entries (commit 00128b5, written for HalfCheetah-v3: the zoo's MuJoCo settings;
 v4 is the same robot on the maintained bindings). "lin_X" there: X annealed linearly to 0; "normalize": VecNormalize
-with the algorithm's gamma, as the zoo does."""
+with the algorithm's gamma, as the zoo does; the budget, the entry's n_timesteps (its schedules' length)."""
 
 import argparse
 import json
@@ -42,6 +42,9 @@ ZOO = {  # (algo, env): (class, n_envs, normalize, settings)
                            net_arch=dict(pi=[256, 256], vf=[256, 256])))),
     ("sac", "HalfCheetah-v4"): (SAC, 1, False, dict(learning_starts=10_000)),
 }  # fmt: skip
+# the zoo's n_timesteps for each entry: the budget its "lin_" schedules and exploration_fraction are fractions of
+ZOO_TIMESTEPS = {("dqn", "CartPole-v1"): 200_000, ("ppo", "CartPole-v1"): 100_000,
+                 ("ppo", "HalfCheetah-v4"): 1_000_000, ("sac", "HalfCheetah-v4"): 1_000_000}  # fmt: skip
 
 
 class Returns(BaseCallback):
@@ -70,12 +73,13 @@ def main():
     parser.add_argument("--algo", choices=sorted({algo for algo, _ in ZOO}), required=True)
     parser.add_argument("--env-id", required=True)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--total-timesteps", type=int, default=1_000_000)
+    parser.add_argument("--total-timesteps", type=int, help="default: the zoo's n_timesteps for the entry")
     parser.add_argument("--results-file", required=True)
     args = parser.parse_args()
     if (args.algo, args.env_id) not in ZOO:
         parser.error(f"no zoo settings here for {args.algo} on {args.env_id}: {sorted(ZOO)}")
     cls, n_envs, normalize, settings = ZOO[args.algo, args.env_id]
+    total = args.total_timesteps or ZOO_TIMESTEPS[args.algo, args.env_id]
     start = time.time()
     signal.signal(signal.SIGTERM, stop)
     run_name = f"{args.env_id}__sb3_{args.algo}__{args.seed}__{int(start)}"
@@ -87,7 +91,7 @@ def main():
     model = cls("MlpPolicy", env, seed=args.seed, device="cpu", **settings)
     returns, status = Returns(os.path.join(folder, "returns.csv"), start), "ok"
     try:
-        model.learn(args.total_timesteps, callback=returns)
+        model.learn(total, callback=returns)
     except KeyboardInterrupt:
         status = "interrupted"
     wall = time.time() - start
