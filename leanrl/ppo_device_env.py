@@ -438,7 +438,8 @@ def iteration(rollout, advantages_fn, update_fn, step_index, rng, batch_size, mi
 
 def check_args(args):
     """Reject bad input before any training."""
-    positive = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "num_seeds")  # (trick)
+    # (trick: --num-seeds checked too)
+    positive = ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "num_seeds")
     bk.check_flags(__file__, args, positive)
     if args.eval_checkpoint is not None:
         return
