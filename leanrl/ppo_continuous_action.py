@@ -174,19 +174,17 @@ class Agent(nn.Module):
 
 def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     """Generalized advantage estimation, (T, B) time-major; dones[t] == 1 means obs[t] begins an episode."""
-    num_steps = rewards.shape[0]
-    advantages = torch.zeros_like(rewards)
+    nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
+    nextvalues = torch.cat([values[1:], next_value[None]])
+    delta = rewards + gamma * nextvalues * nextnonterminal - values
+    # the recursion A[t] = delta[t] + gamma * lambda * nextnonterminal[t] * A[t + 1] runs in numpy (as SB3's does): T
+    # steps of tiny torch ops cost many times the arithmetic (T = 2048 here)
+    delta, coef = delta.cpu().numpy(), (gamma * gae_lambda * nextnonterminal).cpu().numpy()
+    advantages = np.zeros_like(delta)
     lastgaelam = 0
-    for t in reversed(range(num_steps)):
-        if t == num_steps - 1:
-            nextnonterminal = 1.0 - next_done
-            nextvalues = next_value
-        else:
-            nextnonterminal = 1.0 - dones[t + 1]
-            nextvalues = values[t + 1]
-        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
-        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
-    return advantages
+    for t in reversed(range(len(delta))):
+        advantages[t] = lastgaelam = delta[t] + coef[t] * lastgaelam
+    return torch.from_numpy(advantages).to(rewards.device)
 
 
 def ppo_loss(
@@ -389,7 +387,8 @@ def main(args):
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
                 for start in range(0, args.batch_size, args.minibatch_size):
-                    mb_inds = b_inds[start : start + args.minibatch_size]
+                    # a tensor of indices: each tensor indexed by a numpy array would convert it anew
+                    mb_inds = torch.from_numpy(b_inds[start : start + args.minibatch_size])
                     with invalid_policy_is_divergence(global_step):
                         stats = update(
                             agent, optimizer, {k: v[mb_inds] for k, v in b.items()}, args.clip_coef, args.ent_coef,
