@@ -229,8 +229,10 @@ if [ "$steady" = 1 ]; then
   $py benchmarks/steady.py "${sides[@]}" "${jobs[@]}" --rounds "${rounds:-3}" --cpu "$core" --cold --out "$dir" \
     --command "$command"
   code=$?  # 1: some run failed, and the table says which
+  # --publish: a table of every script the published one has replaces it; one of some of them (--only) goes beside
+  # it in benchmarks/results, its rows replacing theirs in the README's cut (plot.py --steady-publish)
   if [ "$publish" = 1 ] && [ "$code" -le 1 ]; then
-    cp "$dir/steady.md" benchmarks/results/steady_cpu.md && $py plots/plot.py --steady benchmarks/results/steady_cpu.md
+    $py plots/plot.py --steady-publish "$dir/steady.md"
   fi
   exit $code
 fi

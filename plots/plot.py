@@ -7,6 +7,7 @@
     python plots/plot.py --rl-ops benchmarks/results/rl_ops_cpu.md   # the operator table's cut: benchmarks/README.md
     python plots/plot.py --replay benchmarks/results/replay_cpu.md   # the replay-buffer table's cut there too
     python plots/plot.py --steady benchmarks/results/steady_cpu.md   # the steady table: README.md, docs/cpu-speed.md
+    python plots/plot.py --steady benchmarks/results/steady_cpu.md benchmarks/results/steady_cpu_X.md  # re-measured X
     python plots/plot.py --gpu OUT/results.jsonl --publish           # benchmarks/gpu_session.sh's: README.md's cut
     python plots/plot.py --gpu A.jsonl B.jsonl --publish --readme docs/gpu-checks.md   # sessions A and B there
     python plots/plot.py --time-to-score OUT/time_to_score.jsonl --publish  # benchmarks/time_to_score.sh's runs
@@ -514,34 +515,76 @@ def median_of(cell):
 PEER_NAMES = {"peer": "LeanRL", "sb3": "SB3", "torchrl": "TorchRL"}  # steady.py's peer sides, as the README names them
 
 
-def steady_brief(table, link):
+def steady_rows(table):
+    """A steady table's rows as lists of cells, and its column names."""
+    lines = table.strip().splitlines()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| `")]
+    header = [line for line in lines if line.startswith("| run | side |")]
+    return rows, cells_of(header[0]) if header else []
+
+
+def steady_measured(table):
+    """(UTC date, commit of ours, rounds) from a steady table's head: when and at what a table was measured."""
+    date = re.search(r"(\d{4}-\d\d-\d\d \d\d:\d\d) UTC", table)
+    commit = re.search(r"Sides: (?:.*?, )?new = ([^,\n]+)", table)
+    rounds = re.search(r"(\d+) interleaved round", table)
+    return date.group(1) if date else "", commit.group(1) if commit else "", int(rounds.group(1)) if rounds else 1
+
+
+def steady_brief(table, link, parts=()):
     """The README's cut of benchmarks/steady.py's table with peer sides (LeanRL, SB3, TorchRL, whichever it has): one
     row a script of ours, its steps per CPU-second, our ratio to each peer with its range over the rounds (SB3 has no
     compile option: a twin's ratio is to SB3's eager run, as the whole table pairs them), and our cold warm-up, as
-    medians; each peer's own figures stay in `link`. Without a peer: as is."""
-    lines = table.strip().splitlines()
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| `")]
-    present = [side for side in PEER_NAMES if any(row[1] == side for row in rows)]
+    medians; each peer's own figures stay in `link`. Without a peer: as is.
+
+    parts: (table, link) of later re-measures of some of its scripts, oldest first: their rows replace the same
+    scripts' rows, and the head says when and at what commit each part was measured."""
+    tables = [(table, link), *sorted(parts, key=lambda part: steady_measured(part[0])[0])]
+    parsed = [(*steady_rows(text), text, where) for text, where in tables]
+    present = [side for side in PEER_NAMES if any(row[1] == side for rows, *_ in parsed for row in rows)]
     if not present:
         return table
-    columns = cells_of(next(line for line in lines if line.startswith("| run | side |")))
-    ratio_at = {}  # peer side: the column of our ratio to it, per CPU-second
-    for i, name in enumerate(columns):
-        if name.endswith(", CPU-s") and "/" in name:
-            ratio_at[name.removesuffix(", CPU-s").split("/")[1]] = i
-    head = [line for line in lines if not line.startswith("|")][:2]
-    rounds = re.search(r"(\d+) interleaved round", head[0])
-    rounds = int(rounds.group(1)) if rounds else 1
+    ours = {}  # a script of ours: its row, rendered from the latest table that has it (first seen order kept)
+    for rows, columns, _, _ in parsed:
+        ratio_at = {}  # peer side: the column of our ratio to it, per CPU-second
+        for i, name in enumerate(columns):
+            if name.endswith(", CPU-s") and "/" in name:
+                ratio_at[name.removesuffix(", CPU-s").split("/")[1]] = i
+        for row in rows:
+            if row[1] not in PEER_NAMES:
+                ratios = [(row[ratio_at[s]] if ratio_at.get(s, len(row)) < len(row) else "") or "—" for s in present]
+                ours[row[0]] = f"| {row[0]} | {median_of(row[3])} | " + " | ".join(ratios) + f" | {median_of(row[5])} |"
+    head = [line for line in table.strip().splitlines() if not line.startswith("|")][:2]
+    for rows, _, text, where in parsed[1:]:
+        date, commit, rounds = steady_measured(text)
+        scripts = ", ".join(dict.fromkeys(row[0] for row in rows))
+        head.append(f"Re-measured {date} UTC at {commit}, {rounds} rounds ([table]({where})): {scripts}.")
+    rounds = steady_measured(table)[2]
     how = "one round" if rounds == 1 else f"{rounds} rounds: medians and the ratio's range"
     names = [PEER_NAMES[side] for side in present]
     out = [*head, "", f"Steps per CPU-second, ours and our ratio to {', '.join(names)}, {how} ([theirs]({link})).", ""]
     out += ["| run | ours | " + " | ".join(f"ours / {n}" for n in names) + " | warm-up s |"]
     out += ["|---" * (3 + len(names)) + "|"]
-    for row in rows:
-        if row[1] not in PEER_NAMES:
-            ratios = [(row[ratio_at[s]] if ratio_at.get(s, len(row)) < len(row) else "") or "—" for s in present]
-            out.append(f"| {row[0]} | {median_of(row[3])} | " + " | ".join(ratios) + f" | {median_of(row[5])} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + list(ours.values())) + "\n"
+
+
+def publish_steady(table, results):
+    """Put a steady table among the published ones in `results`: steady_cpu.md, the whole table, and re-measures of
+    some of its scripts beside it (steady_cpu_<scripts>.md). A table with every script of ours the whole one has
+    replaces it and the re-measures; one with fewer goes beside it, replacing a re-measure of the same scripts.
+    Returns the published tables, the whole one first."""
+    whole = results / "steady_cpu.md"
+    scripts = lambda text: [row[0] for row in steady_rows(text)[0] if row[1] not in PEER_NAMES and row[1] != "base"]
+    new = scripts(table.read_text())
+    if not whole.exists() or set(new) >= set(scripts(whole.read_text())):
+        for part in results.glob("steady_cpu_*.md"):
+            part.unlink()
+        target = whole
+    else:
+        names = dict.fromkeys(re.sub(r"(_torchcompile)?\.py.*", "", label.strip("`")) for label in new)
+        target = results / f"steady_cpu_{'+'.join(names)}.md"
+    shutil.copyfile(table, target)
+    return [str(whole), *sorted(str(part) for part in results.glob("steady_cpu_*.md"))]
 
 
 def table_blocks(text):
@@ -1152,7 +1195,18 @@ def main(argv=None):
     parser.add_argument("--published", default=str(PUBLISHED), help="CleanRL's returns (csv, --learning)")
     parser.add_argument("--rl-ops", help="markdown table written by benchmarks/bench_rl_operators.py to splice in")
     parser.add_argument("--replay", help="markdown table written by benchmarks/replay.py to splice in")
-    parser.add_argument("--steady", help="markdown table written by benchmarks/steady.py to splice into --readme")
+    parser.add_argument(
+        "--steady",
+        nargs="+",
+        help="markdown tables written by benchmarks/steady.py to splice into --readme: the whole table, then any "
+        "re-measures of some of its scripts (their rows replace the same scripts' rows)",
+    )
+    parser.add_argument(
+        "--steady-publish",
+        help="a table of benchmarks/steady.py to publish (run.sh --steady --publish): it replaces "
+        "benchmarks/results/steady_cpu.md if it has every script of ours that one has, else it goes beside it as a "
+        "re-measure, steady_cpu_<scripts>.md; then --steady with them all",
+    )
     parser.add_argument(
         "--gpu",
         nargs="+",
@@ -1176,6 +1230,8 @@ def main(argv=None):
     parser.add_argument("--many-agents", nargs="+", help="results files of --num-seeds runs and one-seed runs "
                         "beside them: the table (printed; --publish: into the many-agents markers)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.steady_publish:
+        args.steady = publish_steady(Path(args.steady_publish), ROOT / "benchmarks" / "results")
     if args.seeds:
         return seeds_main(args)
     if args.many_agents:
@@ -1273,19 +1329,22 @@ def main(argv=None):
                 bench_text = splice(bench_text, marker, briefs[marker](Path(table).read_text(), link))
         bench_readme.write_text(bench_text)
     if args.steady:  # the steady-state speed and compile times of the eager scripts and compiled twins
-        table = Path(args.steady).read_text()
-        if "uncommitted changes" in table:  # a published figure names the commit that measured it
-            print(
-                f"plot.py: error: {args.steady} was measured on uncommitted changes: commit, rerun, publish",
-                file=sys.stderr,
-            )
-            raise SystemExit(2)
+        tables = [Path(path) for path in args.steady]
+        for path in tables:
+            if "uncommitted changes" in path.read_text():  # a published figure names the commit that measured it
+                print(
+                    f"plot.py: error: {path} was measured on uncommitted changes: commit, rerun, publish",
+                    file=sys.stderr,
+                )
+                raise SystemExit(2)
         readmes = [Path(args.readme)] if args.readme else [ROOT / "README.md", ROOT / "docs" / "cpu-speed.md"]
         for readme in readmes:  # by default the README's cut and docs/cpu-speed.md's, the same table
-            if not args.readme and "<!-- steady-table:start -->" not in readme.read_text():
+            if not args.readme and (not readme.exists() or "<!-- steady-table:start -->" not in readme.read_text()):
                 continue
-            link = Path(os.path.relpath(Path(args.steady).resolve(), readme.resolve().parent)).as_posix()
-            readme.write_text(splice(readme.read_text(), "steady-table", steady_brief(table, link)))
+            links = [Path(os.path.relpath(path.resolve(), readme.resolve().parent)).as_posix() for path in tables]
+            parts = [(path.read_text(), link) for path, link in zip(tables[1:], links[1:])]
+            brief = steady_brief(tables[0].read_text(), links[0], parts)
+            readme.write_text(splice(readme.read_text(), "steady-table", brief))
             print(f"plot.py: published: {readme} (steady-table)")
 
 

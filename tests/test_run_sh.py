@@ -31,6 +31,7 @@ PAIRS = [
 ]
 HW = {"device": "cpu", "cpu": "Test CPU", "cpu_count": 2, "torch": "2.13.0", "commit": "abc1234"}
 ANCHORS = ROOT.parent / "shared" / "anchors"
+PUBLISHED_PARTS = sorted((ROOT / "benchmarks" / "results").glob("steady_cpu_*.md"))  # re-measures of some pairs
 
 
 def run_sh(*args, timeout=60, root=ROOT, python=sys.executable):
@@ -188,9 +189,12 @@ else:
 
 def test_steady_runs_the_harness_on_each_pairs_eager_script_and_compiled_twin_at_quick_budgets(tmp_path, monkeypatch):
     """run.sh --steady with a stand-in python that records the harness's arguments (test_steady.py runs the harness)."""
-    clone = tmp_path / "clone"  # run.sh alone: --publish copies the table into this clone's benchmarks/results
+    clone = tmp_path / "clone"  # run.sh and plot.py: --publish copies the table into this clone's benchmarks/results
     (clone / "benchmarks" / "results").mkdir(parents=True)
+    (clone / "plots").mkdir()
     shutil.copy2(ROOT / "run.sh", clone / "run.sh")
+    shutil.copy2(ROOT / "plots" / "plot.py", clone / "plots" / "plot.py")
+    (clone / "README.md").write_text("<!-- steady-table:start -->\nold\n<!-- steady-table:end -->\n")
     base, peer = tmp_path / "base", tmp_path / "peer"
     (base / "leanrl").mkdir(parents=True)
     (peer / "leanrl").mkdir(parents=True)
@@ -216,6 +220,7 @@ def test_steady_runs_the_harness_on_each_pairs_eager_script_and_compiled_twin_at
     assert runs == [f"leanrl/dqn.py {quick}", f"leanrl/dqn_torchcompile.py {quick} --compile"]
     assert args[args.index("--command") + 1].startswith("./run.sh --steady --only dqn")
     assert (clone / "benchmarks" / "results" / "steady_cpu.md").read_text() == "the steady table\n"
+    assert "\nthe steady table\n" in (clone / "README.md").read_text()  # no peer side: the cut is the table
     # PPO's steady budgets are longer than its --quick ones (3 iterations): 11 and 19 steady iterations
     proc = run_sh("--steady", "--only", "ppo_atari_envpool ppo_continuous_action", "--results-dir", str(out),
                   root=clone, python=python)  # fmt: skip
@@ -532,7 +537,8 @@ def test_readme_steady_table_is_the_committed_harness_table():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- steady-table:start -->")[1].split("<!-- steady-table:end -->")[0].strip()
     whole = (ROOT / "benchmarks" / "results" / "steady_cpu.md").read_text()
-    assert block == plot.steady_brief(whole, "benchmarks/results/steady_cpu.md").strip()
+    parts = [(path.read_text(), f"benchmarks/results/{path.name}") for path in PUBLISHED_PARTS]
+    assert block == plot.steady_brief(whole, "benchmarks/results/steady_cpu.md", parts).strip()
     assert block.startswith("Measured on cpu; CPU ") and "./run.sh --steady" in block and "warm-up s" in block
     lines = whole.splitlines()
     columns = plot.cells_of(next(line for line in lines if line.startswith("| run | side |")))
@@ -546,12 +552,75 @@ def test_readme_steady_table_is_the_committed_harness_table():
         if not line.startswith("| `"):
             continue
         cells = dict(zip(brief_columns, plot.cells_of(line)))
-        ours = rows[cells["run"], "new"]
+        remeasured = [text for text, _ in parts if f"| {cells['run']} | new |" in text]  # its row replaces ours
+        if remeasured:
+            part = remeasured[-1].splitlines()
+            columns = plot.cells_of(next(line for line in part if line.startswith("| run | side |")))
+            ours = next(plot.cells_of(line) for line in part if line.startswith(f"| {cells['run']} | new |"))
+        else:
+            columns = plot.cells_of(next(line for line in lines if line.startswith("| run | side |")))
+            ours = rows[cells["run"], "new"]
         shown.append(cells["run"])
         assert cells["ours"] == median(ours[3]) and cells["warm-up s"] == median(ours[5])
         for name, side in peers.items():
             assert cells[f"ours / {name}"] == (ours[columns.index(f"new/{side}, CPU-s")] or "—")
     assert shown == [label for label, side in rows if side == "new"]  # every script of ours, in the table's order
+
+
+STEADY_HEAD = "Measured on cpu; CPU X; torch 2; 2026-11-2{day} 05:40 UTC; 3 interleaved round(s); by `cmd`.\n"
+STEADY_COLUMNS = (
+    "| run | side | rounds ok | steps/CPU-s | steps/s | warm-up s | CPU-s in warm-up | ms/iteration | "
+    "new/sb3, CPU-s | new/sb3, wall |\n|---|---|---|---|---|---|---|---|---|---|\n"
+)
+
+
+def steady_table(day, commit, *rows):
+    """A stand-in of steady.py's table (one peer, SB3): rows (script, ours, ratio to SB3)."""
+    lines = [f"| `{s}` | new | 3/3 | {ours} (1–9) | {ours} | 4.1 (4–5) | 4 | 9 | {ratio} (0.5x–2x) | {ratio} |\n"
+             f"| `{s}` | sb3 | 3/3 | 5 (1–9) | 5 | 3.0 (3–3) | 3 | 9 |  |  |" for s, ours, ratio in rows]  # fmt: skip
+    head = STEADY_HEAD.format(day=day) + f"Sides: new = {commit}, sb3 = stable-baselines3 2.9.2.\n\n"
+    return head + STEADY_COLUMNS + "\n".join(lines) + "\n"
+
+
+def test_a_remeasure_of_some_scripts_replaces_their_rows_in_the_cut_and_says_when():
+    """A re-measure of one pair (run.sh --steady --only) beside the whole table: its rows replace that pair's rows in
+    place, the other pairs' stay, the later of two re-measures of a script wins, and the head names each part's date,
+    commit, rounds and link; a cut that kept the old rows or took the earlier part fails."""
+    whole = steady_table(7, "aaa1111", ("a.py", "100", "0.9x"), ("a_torchcompile.py --compile", "150", "1.3x"),
+                         ("b.py", "70", "1.1x"))  # fmt: skip
+    early = steady_table(8, "bbb2222", ("a.py", "104", "0.95x"))
+    late = steady_table(9, "ccc3333", ("a.py", "110", "1.05x"), ("a_torchcompile.py --compile", "160", "1.4x"))
+    brief = plot.steady_brief(whole, "w.md", [(late, "late.md"), (early, "early.md")])  # given out of date order
+    rows = [line for line in brief.splitlines() if line.startswith("| `")]
+    assert rows == [
+        "| `a.py` | 110 | 1.05x (0.5x–2x) | 4.1 |",
+        "| `a_torchcompile.py --compile` | 160 | 1.4x (0.5x–2x) | 4.1 |",
+        "| `b.py` | 70 | 1.1x (0.5x–2x) | 4.1 |",
+    ]
+    assert "Re-measured 2026-11-29 05:40 UTC at ccc3333, 3 rounds ([table](late.md)): `a.py`, " in brief
+    assert brief.index("early.md") < brief.index("late.md") and "[theirs](w.md)" in brief
+
+
+def test_publishing_a_remeasure_puts_it_beside_the_whole_table_and_a_whole_one_replaces_both(tmp_path):
+    """run.sh --steady --publish (plot.publish_steady): a table of fewer scripts than the published one goes beside it
+    as steady_cpu_<pairs>.md (a second re-measure of the same pairs replaces the first); one with every script
+    replaces steady_cpu.md and drops the re-measures."""
+    results = tmp_path / "results"
+    results.mkdir()
+    whole = tmp_path / "whole.md"
+    whole.write_text(steady_table(7, "aaa", ("a.py", "1", "1x"), ("a_torchcompile.py --compile", "2", "1x"),
+                                  ("b.py", "3", "1x")))  # fmt: skip
+    assert plot.publish_steady(whole, results) == [str(results / "steady_cpu.md")]
+    part = tmp_path / "part.md"
+    part.write_text(steady_table(8, "bbb", ("a.py", "4", "1x"), ("a_torchcompile.py --compile", "5", "1x")))
+    published = plot.publish_steady(part, results)
+    assert published == [str(results / "steady_cpu.md"), str(results / "steady_cpu_a.md")]
+    assert (results / "steady_cpu.md").read_text() == whole.read_text()
+    part.write_text(steady_table(9, "ccc", ("a.py", "6", "1x")))
+    assert plot.publish_steady(part, results)[1:] == [str(results / "steady_cpu_a.md")]
+    assert "ccc" in (results / "steady_cpu_a.md").read_text()
+    assert plot.publish_steady(whole, results) == [str(results / "steady_cpu.md")]
+    assert not list(results.glob("steady_cpu_*.md"))
 
 
 def test_steady_brief_gives_medians_and_says_how_many_rounds():

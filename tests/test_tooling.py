@@ -360,9 +360,12 @@ def test_the_current_docs_tables_are_what_plot_renders_from_the_committed_runs()
     assert block(readme, "gpu-table") == plot.gpu_markdown(sessions[0], brief=True).strip()
     many = plot.read_results(ROOT / "plots" / "many-agents" / "results.jsonl")
     assert block(readme, "many-agents") == plot.many_agents_markdown(many).strip() and len(many) == 2
-    steady = (ROOT / "benchmarks" / "results" / "steady_cpu.md").read_text()
+    steady_dir = ROOT / "benchmarks" / "results"
+    steady = (steady_dir / "steady_cpu.md").read_text()
     cpu_doc = (ROOT / "docs" / "cpu-speed.md").read_text()
-    assert block(cpu_doc, "steady-table") == plot.steady_brief(steady, "../benchmarks/results/steady_cpu.md").strip()
+    parts = [(p.read_text(), f"../benchmarks/results/{p.name}") for p in sorted(steady_dir.glob("steady_cpu_*.md"))]
+    want = plot.steady_brief(steady, "../benchmarks/results/steady_cpu.md", parts)
+    assert block(cpu_doc, "steady-table") == want.strip()
     bench = (ROOT / "benchmarks" / "README.md").read_text()
     for marker, brief, name in (
         ("rl-ops", plot.rl_ops_brief, "rl_ops_cpu.md"),
