@@ -523,6 +523,12 @@ def steady_rows(table):
     return rows, cells_of(header[0]) if header else []
 
 
+def steady_pair(label):
+    """The pair a steady table's run label belongs to: "`sac_continuous_action_torchcompile.py --compile`" -> its
+    eager script's name."""
+    return re.sub(r"(_torchcompile)?\.py.*", "", label.strip("`"))
+
+
 def steady_measured(table):
     """(UTC date, commit of ours, rounds) from a steady table's head: when and at what a table was measured."""
     date = re.search(r"(\d{4}-\d\d-\d\d \d\d:\d\d) UTC", table)
@@ -557,8 +563,8 @@ def steady_brief(table, link, parts=()):
     head = [line for line in table.strip().splitlines() if not line.startswith("|")][:2]
     for rows, _, text, where in parsed[1:]:
         date, commit, rounds = steady_measured(text)
-        scripts = ", ".join(dict.fromkeys(row[0] for row in rows))
-        head.append(f"Re-measured {date} UTC at {commit}, {rounds} rounds ([table]({where})): {scripts}.")
+        pairs = ", ".join(dict.fromkeys(steady_pair(row[0]) for row in rows if row[1] not in PEER_NAMES))
+        head.append(f"Rows of {pairs} re-measured {date} UTC at {commit}, {rounds} rounds ([table]({where})).")
     rounds = steady_measured(table)[2]
     how = "one round" if rounds == 1 else f"{rounds} rounds: medians and the ratio's range"
     names = [PEER_NAMES[side] for side in present]
@@ -581,8 +587,7 @@ def publish_steady(table, results):
             part.unlink()
         target = whole
     else:
-        names = dict.fromkeys(re.sub(r"(_torchcompile)?\.py.*", "", label.strip("`")) for label in new)
-        target = results / f"steady_cpu_{'+'.join(names)}.md"
+        target = results / f"steady_cpu_{'+'.join(dict.fromkeys(steady_pair(label) for label in new))}.md"
     shutil.copyfile(table, target)
     return [str(whole), *sorted(str(part) for part in results.glob("steady_cpu_*.md"))]
 
