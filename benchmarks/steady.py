@@ -317,6 +317,7 @@ def peer_argv_for(peer, argv, script):
         return words, sorted(given - follows)
     total, env = values["total_timesteps"], values["env_id"]
     common = ["logger.backend=", f"compile.compile={'--compile' in argv}"]  # no wandb; its compile option as ours
+    common += ["compile.cudagraphs=True"] if "--cudagraphs" in argv else []  # and its CUDA graphs (a GPU's runs)
     if pair in ("sac_continuous_action", "td3_continuous_action"):
         algo = pair[:3]
         follows = {"env_id", "total_timesteps", "learning_starts", "batch_size", "buffer_size"}
@@ -349,6 +350,14 @@ def peer_argv_for(peer, argv, script):
                  f"logger.test_interval={2 * total}"]  # fmt: skip
         return words + common, sorted(given - follows)
     return None
+
+
+def bar_total(argv):
+    """The total of the bar to stamp in an SB3 or TorchRL peer's command: the one counting the run's env steps (SB3's
+    --total-timesteps, TorchRL's collector.total_frames override); None where the command names neither."""
+    if "--total-timesteps" in argv:
+        return int(argv[argv.index("--total-timesteps") + 1])
+    return next((int(w.split("=")[1]) for w in argv if w.startswith("collector.total_frames=")), None)
 
 
 def peer_versions(venv):
@@ -391,9 +400,8 @@ def measure(
     env = dict(start_env, **{TICKS_FILE: str(ticks)})
     if peer:  # LeanRL's scripts call wandb.init unless it is disabled
         env.update({TICKS_FROM: peer, "WANDB_MODE": "disabled"})
-    if peer == "bar":  # the bar to stamp: the one counting the run's env steps (SB3's flag, TorchRL's override)
-        sb3_total = argv[argv.index("--total-timesteps") + 1] if "--total-timesteps" in argv else ""
-        env[BAR_TOTAL] = next((w.split("=")[1] for w in argv if w.startswith("collector.total_frames=")), sb3_total)
+    if peer == "bar":  # the bar to stamp: the one counting the run's env steps
+        env[BAR_TOTAL] = str(bar_total(argv) or "")
     if python:  # its venv's packages alone: on its path only the hook's folder (hook_env put it first)
         env["PYTHONPATH"] = env["PYTHONPATH"].split(os.pathsep)[0]
     else:

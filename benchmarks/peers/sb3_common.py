@@ -15,6 +15,8 @@ def parse(description, learning_starts):
     if learning_starts is not None:
         parser.add_argument("--learning-starts", type=int, default=learning_starts)
     parser.add_argument("--seed", type=int, default=1)
+    # cpu where the CPU table times it (one core, as ours); a GPU session passes SB3's own default, auto (the GPU)
+    parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, or auto (SB3's default)")
     return parser.parse_args()
 
 

@@ -14,6 +14,7 @@ env = VecNormalize(make_vec_env(args.env_id, n_envs=1, seed=args.seed), gamma=0.
 model = PPO(
     "MlpPolicy", env, learning_rate=lambda progress: 3e-4 * progress, n_steps=2048, batch_size=64, n_epochs=10,
     gamma=0.99, gae_lambda=0.95, clip_range=0.2, clip_range_vf=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
-    policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh), seed=args.seed, device="cpu",
+    policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh), seed=args.seed,
+    device=args.device,
 )  # fmt: skip
 learn(model, args.total_timesteps)
