@@ -509,7 +509,8 @@ def peers_plan(lanes, peers, cores):
     out = []
     for pair, short in PEER_PAIRS.items():
         eager, twin = ours[(pair, "eager")], ours[(pair, full)]
-        mine = [dict(j, profile=False, sync_iters=0) for j in (eager, twin)]  # the lanes count syncs and profile
+        # the lanes count syncs and profile; a dry run's twin has no flag: it would repeat the eager run's path
+        mine = [dict(j, profile=False, sync_iters=0) for j in (eager, twin) if j is eager or "--compile" in j["flags"]]
         compiled = []
         if "--compile" in twin["flags"]:
             compiled = [peer(TORCHRL, twin, "twin --compile", drop=["--cudagraphs"]), peer(TORCHRL, twin, full)]

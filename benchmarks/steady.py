@@ -290,7 +290,10 @@ NEUTRAL = {"seed", "measure_burnin", "cuda", "compile", "cudagraphs", "torch_det
 SB3_DRIVERS = {  # our pair: the SB3 driver, and our flags it follows
     "sac_continuous_action": ("sb3_sac.py", {"env_id", "total_timesteps", "learning_starts"}),
     "td3_continuous_action": ("sb3_td3.py", {"env_id", "total_timesteps", "learning_starts"}),
-    "ppo_continuous_action": ("sb3_ppo.py", {"env_id", "total_timesteps"}),
+    "ppo_continuous_action": (
+        "sb3_ppo.py",
+        {"env_id", "total_timesteps", "num_steps", "num_minibatches", "update_epochs"},
+    ),
     "dqn": ("sb3_dqn.py", {"env_id", "total_timesteps", "learning_starts"}),
 }
 
@@ -314,6 +317,8 @@ def peer_argv_for(peer, argv, script):
         words += [str(values["total_timesteps"]), "--seed", str(values.get("seed", 1))]
         if "learning_starts" in follows:
             words += ["--learning-starts", str(values["learning_starts"])]
+        for name in sorted(follows & given - {"env_id", "total_timesteps", "learning_starts"}):  # the rest if given
+            words += [f"--{name.replace('_', '-')}", str(values[name])]
         return words, sorted(given - follows)
     total, env = values["total_timesteps"], values["env_id"]
     common = ["logger.backend=", f"compile.compile={'--compile' in argv}"]  # no wandb; its compile option as ours
