@@ -840,6 +840,7 @@ def main(argv=None):
         started = time.time()
         rec = run_job(job, work / "runs" / f"{name}-{n:02d}", job_cores, deadline, env)
         rec.update(lane=name, cores=len(job_cores), core_ids=list(job_cores), started=started, what=what, **extra)
+        rec["logs"] = f"runs/{name}-{n:02d}"  # its log and stamps in logs.tar.gz
         record(rec)
         sps = rec.get("sps")
         print(f"gpu_session: [{name}] {what}: {rec.get('status', 'ok')}, " + (f"{sps:,.0f} steps/s" if sps else ""))
