@@ -9,11 +9,10 @@ What it measures (results.jsonl, one JSON object a line, each with "kind"):
   ceiling   each env family stepped with random actions and no agent, with the scripts' own env makers (envpool
             Breakout-v5 at 8 and 64 envs, HalfCheetah-v4 and CartPole-v1 at the scripts' one env): the steps/s no
             script can pass on this machine;
-  run       a script (ours, LeanRL's from --peer, SB3's or TorchRL's with --peers) as a subprocess: its steady
-            steps/s over a window of at least
-            --steady-s seconds after the warm-up (compile and capture included in the warm-up), the time to reach
-            that window, the warm-up's excess over steady iterations (compile and capture), and for twins the
-            recompiles after the warm-up (TORCH_LOGS=recompiles) and the host syncs in the hot loop
+  run       a script (ours, LeanRL's from --peer, SB3's or TorchRL's with --peers) as a subprocess: its steady steps/s
+            over a window of at least --steady-s seconds after the warm-up (compile and capture included in the
+            warm-up), the time to reach that window, the warm-up's excess over steady iterations (compile and capture),
+            and for twins the recompiles after the warm-up (TORCH_LOGS=recompiles) and the host syncs in the hot loop
             (torch.cuda.set_sync_debug_mode, counted by script line over a few iterations after the window).
   One run (PPO Atari's twin, 8 envs; --profile names others) also profiles ~10 iterations after its window:
             profile.md.
@@ -35,15 +34,16 @@ an iteration of the time-to-score run goes.
 --peers DIR, SB3 and TorchRL beside ours: a call of its own, instead of the lanes (as --rounds is). For each pair they
 share with ours (SAC, TD3 and PPO on HalfCheetah-v4, DQN on CartPole-v1) two lanes of their own: our eager script and
 twin (both flags, the lanes' sizes), then SB3's run and TorchRL's with its compile options off; beside it TorchRL with
-compile.compile, then with compile.cudagraphs too. Eight lanes of 2 cores on 16; the longest is a TorchRL lane's two
-cold compiles, a lane of ours about 3 minutes (ours' warm-ups in the archived calls), so the call fits the 470 s of
-runs. Their commands are steady.py's for our run (peer_argv_for: our env, batch, buffer, learning starts, network
-sizes; the flags a peer cannot follow recorded as left_out), SB3 on its default device (auto: the GPU). DIR: a venv
-made by benchmarks/peers/install.sh, or the folder its --offline mode fills from wheels. They step a progress bar by
-hand: the hook stamps each update of the bar that counts the run's env steps (harness.stamp_first_bar), their window
-opens at the first stamp at or past the env steps of our run's warm-up, steps/s is the env steps between the window's
-stamps over its time, and the process ends when the window does (they write no results line). --dry-run --peers DIR:
-ours eager, SB3 and TorchRL eager for each pair (no compile on the CPU), about 70 s of one core.
+compile.compile, then with compile.cudagraphs too. Eight lanes of 2 cores on 16, estimated (not yet timed on a GPU): a
+lane of ours about 3.5 minutes (our warm-ups in the archived calls, the peers' about as long), a TorchRL lane two cold
+compiles of 1-2 minutes each plus their windows, within the 470 s of runs; a run still warming up at the deadline is
+recorded without a window. Their commands are steady.py's for our run (peer_argv_for: our env, batch, buffer, learning
+starts, network sizes; the flags a peer cannot follow recorded as left_out), SB3 on its default device (auto: the GPU).
+DIR: a venv made by benchmarks/peers/install.sh, or the folder its --offline mode fills from wheels. They step a
+progress bar by hand: the hook stamps each update of the bar that counts the run's env steps (harness.stamp_first_bar),
+their window opens at the first stamp at or past the env steps of our run's warm-up, steps/s is the env steps between
+the window's stamps over its time, and the process ends when the window does (they write no results line). --dry-run
+--peers DIR: ours eager, SB3 and TorchRL eager for each pair (no compile on the CPU), about 70 s of one core.
 
 The runs go in lanes that run at the same time, each lane pinned to its own CPU cores, all sharing the one GPU:
 one call of at most 10 minutes cannot run them one after the other. Every record says its lane and cores. A run
