@@ -2,16 +2,17 @@
 
     benchmarks/gpu_session.sh OUT                      # on a GPU machine (the wrapper sets what its torch needs)
     python3 benchmarks/gpu_session.py --dry-run OUT    # the same steps on a CPU at tiny budgets, in about 2 minutes
+    benchmarks/gpu_session.sh --peers OUT              # SB3 and TorchRL beside ours, a call of its own (see --peers)
 
 What it measures (results.jsonl, one JSON object a line, each with "kind"):
   machine   GPU model and driver, CPU model and cores, torch, tensordict, envpool, gymnasium, mujoco versions;
   ceiling   each env family stepped with random actions and no agent, with the scripts' own env makers (envpool
             Breakout-v5 at 8 and 64 envs, HalfCheetah-v4 and CartPole-v1 at the scripts' one env): the steps/s no
             script can pass on this machine;
-  run       a script (ours, or LeanRL's from --peer) as a subprocess: its steady steps/s over a window of at least
-            --steady-s seconds after the warm-up (compile and capture included in the warm-up), the time to reach
-            that window, the warm-up's excess over steady iterations (compile and capture), and for twins the
-            recompiles after the warm-up (TORCH_LOGS=recompiles) and the host syncs in the hot loop
+  run       a script (ours, LeanRL's from --peer, SB3's or TorchRL's with --peers) as a subprocess: its steady steps/s
+            over a window of at least --steady-s seconds after the warm-up (compile and capture included in the
+            warm-up), the time to reach that window, the warm-up's excess over steady iterations (compile and capture),
+            and for twins the recompiles after the warm-up (TORCH_LOGS=recompiles) and the host syncs in the hot loop
             (torch.cuda.set_sync_debug_mode, counted by script line over a few iterations after the window).
   One run (PPO Atari's twin, 8 envs; --profile names others) also profiles ~10 iterations after its window:
             profile.md.
@@ -29,6 +30,20 @@ cores it was given and the cores the measured process saw (affinity). --alone: f
 every core with nothing else on the GPU, after envpool's ceiling on the same cores (the figure a user would see).
 --fast: then PQN Atari's twin in its fast configuration (time_to_score.py's run) alone the same way, profiled: where
 an iteration of the time-to-score run goes.
+
+--peers DIR, SB3 and TorchRL beside ours: a call of its own, instead of the lanes (as --rounds is). For each pair they
+share with ours (SAC, TD3 and PPO on HalfCheetah-v4, DQN on CartPole-v1) two lanes of their own: our eager script and
+twin (both flags, the lanes' sizes), then SB3's run and TorchRL's with its compile options off; beside it TorchRL with
+compile.compile, then with compile.cudagraphs too. Eight lanes of 2 cores on 16, estimated (not yet timed on a GPU): a
+lane of ours about 3.5 minutes (our warm-ups in the archived calls, the peers' about as long), a TorchRL lane two cold
+compiles of 1-2 minutes each plus their windows, within the 470 s of runs; a run still warming up at the deadline is
+recorded without a window. Their commands are steady.py's for our run (peer_argv_for: our env, batch, buffer, learning
+starts, network sizes; the flags a peer cannot follow recorded as left_out), SB3 on its default device (auto: the GPU).
+DIR: a venv made by benchmarks/peers/install.sh, or the folder its --offline mode fills from wheels. They step a
+progress bar by hand: the hook stamps each update of the bar that counts the run's env steps (harness.stamp_first_bar),
+their window opens at the first stamp at or past the env steps of our run's warm-up, steps/s is the env steps between
+the window's stamps over its time, and the process ends when the window does (they write no results line). --dry-run
+--peers DIR: ours eager, SB3 and TorchRL eager for each pair (no compile on the CPU), about 70 s of one core.
 
 The runs go in lanes that run at the same time, each lane pinned to its own CPU cores, all sharing the one GPU:
 one call of at most 10 minutes cannot run them one after the other. Every record says its lane and cores. A run
@@ -77,8 +92,23 @@ def install(harness):
         for name, value in config["inductor"].items():
             setattr(inductor_config, name, value)
     state = dict(config=config, stamps=[], syncs={}, phase="warmup", affinity=sorted(os.sched_getaffinity(0)))
-    harness.stamp_first_loop(lambda done, now: advance(state, now))
+    if config.get("bar") is not None:  # SB3's and TorchRL's scripts: the updates of the bar of their run's env steps
+        state["counts"] = []
+        harness.stamp_first_bar(lambda done, now: bar_update(state, path, done, now), config["bar"])
+    else:
+        harness.stamp_first_loop(lambda done, now: advance(state, now))
     atexit.register(write_stamps, path, state)
+
+
+def bar_update(state, path, done, now):
+    """A peer's bar moved on to `done` env steps: stamp it; once the window is done, end the process here (a bar cannot
+    end a loop, and a peer has no results line to write)."""
+    state["counts"].append(done)
+    if advance(state, now) is False:
+        write_stamps(path, state)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # not SystemExit: a collector's threads and workers would outlive it
 
 
 def install_wandb_stub():
@@ -102,7 +132,8 @@ def advance(state, now):
     i = len(stamps)
     stamps.append(now)
     if state["phase"] == "warmup":
-        if i < config["k0"]:
+        # a peer's bar: its warm-up ends at the first stamp where its env steps reach those of our warm-up
+        if state["counts"][-1] < config["k0_steps"] if "counts" in state else i < config["k0"]:
             return True
         state["phase"], state["window_from"] = "window", i
         print(f"{MARK} {i}", file=sys.stderr, flush=True)
@@ -215,7 +246,7 @@ def stop_profile(state, now):
 def write_stamps(path, state):
     if state.get("profiler") is not None:
         stop_profile(state, time.time())
-    keys = ("stamps", "syncs", "phase", "window_from", "window_to", "profile", "affinity")
+    keys = ("stamps", "counts", "syncs", "phase", "window_from", "window_to", "profile", "affinity")
     with open(path, "w") as f:
         json.dump({k: state[k] for k in keys if k in state}, f)
 
@@ -223,17 +254,19 @@ def write_stamps(path, state):
 # ---------------------------------------------------------------- the arithmetic
 
 
-def window_figures(stamps, steps_per_iter, start, window_from=None, window_to=None):
+def window_figures(stamps, steps_per_iter, start, window_from=None, window_to=None, counts=None):
     """Steady figures from iteration start times: steps/s over [window_from, window_to), the time from the process
-    start to the window, and the warm-up iterations' excess over the median steady iteration (compile, capture)."""
+    start to the window, and the warm-up iterations' excess over the median steady iteration (compile, capture).
+    A peer's bar: `counts`, its env steps at each stamp, give the steps of the window."""
     if window_from is None or window_to is None or window_to <= window_from:
         return None
+    steps = counts[window_to] - counts[window_from] if counts else steps_per_iter * (window_to - window_from)
     gaps = [b - a for a, b in zip(stamps[window_from:window_to], stamps[window_from + 1 : window_to + 1])]
     span = stamps[window_to] - stamps[window_from]
     median = sorted(gaps)[len(gaps) // 2]
     warm = [b - a for a, b in zip(stamps[:window_from], stamps[1 : window_from + 1])]
     return dict(
-        sps=steps_per_iter * (window_to - window_from) / span,
+        sps=steps / span,
         window_s=span,
         window_iterations=window_to - window_from,
         iter_s_median=median,
@@ -456,6 +489,76 @@ def fast_plan(lanes, dry_run):
     return [ceiling, run]
 
 
+PEER_PAIRS = {  # --peers: our pairs that SB3 and TorchRL have, by the short name of their lanes
+    "sac_continuous_action": "sac",
+    "td3_continuous_action": "td3",
+    "ppo_continuous_action": "ppo-continuous",
+    "dqn": "dqn",
+}
+
+
+def peers_plan(lanes, peers, cores):
+    """--peers, instead of the lanes: for each pair of PEER_PAIRS a lane of ours (eager, then the twin with both
+    flags, as in the lanes) then SB3's run and TorchRL's eager one, and a lane of TorchRL with its compile option, then
+    with its cudagraphs option too (none in a dry run: no --compile there). Each peer's command is steady.py's for our
+    run (peer_argv_for: our env, batch, buffer, learning starts and network sizes, its compile options as our flags),
+    SB3 on its default device (auto: the GPU); its window starts at the first stamp of its bar at or past the env
+    step where ours ends its warm-up."""
+    from benchmarks.steady import SB3, TORCHRL, bar_total, peer_argv_for
+
+    ours = {(j["pair"], j["variant"]): j for _, _, lane in lanes for j in lane
+            if j.get("side") == "leanrl" and j["pair"] in PEER_PAIRS}  # fmt: skip
+    full = max((v for _, v in ours if v != "eager"), key=len)  # "twin --compile --cudagraphs" ("twin" in a dry run)
+
+    def peer(side, job, variant, drop=()):
+        argv = [job["script"], *(flag for flag in job["flags"] if flag not in drop)]
+        words, left_out = peer_argv_for(side, argv, job["script"])
+        words += ["--device", "auto"] if side == SB3 else []
+        root = ROOT if side == SB3 else Path(peers) / "torchrl-sota"
+        return dict(
+            job, side=side, variant=variant, script=str(root / words[0]), flags=words[1:], peers=str(peers),
+            bar=bar_total(words), k0_steps=job["k0"] * job["steps_per_iter"], k0=None, steps_per_iter=None,
+            sync_iters=0, profile=False, left_out=left_out,
+        )  # fmt: skip
+
+    out = []
+    for pair, short in PEER_PAIRS.items():
+        eager, twin = ours[(pair, "eager")], ours[(pair, full)]
+        # the lanes count syncs and profile; a dry run's twin has no flag: it would repeat the eager run's path
+        mine = [dict(j, profile=False, sync_iters=0) for j in (eager, twin) if j is eager or "--compile" in j["flags"]]
+        compiled = []
+        if "--compile" in twin["flags"]:
+            compiled = [peer(TORCHRL, twin, "twin --compile", drop=["--cudagraphs"]), peer(TORCHRL, twin, full)]
+        out += [(f"{short}-ours", [*mine, peer(SB3, eager, "eager"), peer(TORCHRL, eager, "eager")])]
+        out += [(f"{short}-torchrl", compiled)] if compiled else []
+    return [(name, share, jobs) for (name, jobs), share in zip(out, split_cores(cores, len(out)))]
+
+
+def peers_python(peers):
+    """(python, site) that runs SB3 and TorchRL from `peers`: a venv of benchmarks/peers/install.sh (its python, its
+    packages alone), or the folder of its --offline mode (this python, the folder first on the path: its tensordict is
+    TorchRL's, not ours); None where `peers` is neither or lacks TorchRL's scripts (torchrl-sota/)."""
+    peers = Path(peers)
+    if not (peers / "torchrl-sota").is_dir():
+        return None
+    if (peers / "bin" / "python").is_file():
+        return str(peers / "bin" / "python"), None
+    if (peers / "stable_baselines3").is_dir() and (peers / "torchrl").is_dir():
+        return sys.executable, str(peers)
+    return None
+
+
+def peers_versions(peers):
+    """The versions of the peers' packages in `peers` (a venv or an --offline folder), read from their metadata."""
+    import glob
+    import importlib.metadata as md
+
+    paths = [str(peers), *glob.glob(str(Path(peers) / "lib" / "python*" / "site-packages"))]
+    names = ("stable-baselines3", "torchrl", "tensordict", "hydra-core")
+    found = {d.metadata["Name"].lower().replace("_", "-"): d.version for d in md.distributions(path=paths)}
+    return {name: found.get(name) for name in names}
+
+
 def split_cores(cores, n):
     """n lanes over the cores: as even as they go, the first two lanes (PPO Atari, ours and LeanRL's) first served;
     with fewer cores than lanes, lanes share them round-robin."""
@@ -530,23 +633,32 @@ def run_job(job, folder, cores, deadline, env):
             record["status"] = "error"
         return record
     stamps = folder / "stamps.json"
-    config = {k: job.get(k) for k in ("k0", "steady_s", "min_iters", "sync_iters", "profile", "profile_iters")}
+    keys = ("k0", "k0_steps", "bar", "steady_s", "min_iters", "sync_iters", "profile", "profile_iters")
+    config = {k: job.get(k) for k in keys}
     config.update(script=job["script"], no_wandb=job["side"] != "leanrl", inductor=env_inductor())
     run_env = dict(env, **{STAMPS: str(stamps), CONFIG: json.dumps(config)}, OMP_NUM_THREADS=str(len(cores)))
     run_env["WANDB_MODE"] = "disabled"
-    if "--compile" in job["flags"]:
+    compiled = "--compile" in job["flags"] or "compile.compile=True" in job["flags"]
+    if compiled:
         run_env["TORCH_LOGS"] = "recompiles"
     cmd = [sys.executable, job["script"], "--seed", "1", *job["flags"]]
+    if job.get("peers"):  # SB3's driver (its --seed in its flags) or TorchRL's script (hydra overrides)
+        python, site = peers_python(job["peers"])
+        hook, _, rest = run_env["PYTHONPATH"].partition(os.pathsep)  # hook_env put the hook's folder first
+        run_env["PYTHONPATH"] = os.pathsep.join(filter(None, [hook, site, rest])) if site else hook
+        cmd = [python, job["script"], *job["flags"]]
     if job["side"] == "leanrl":
         cmd += ["--results-file", str(folder / "results.jsonl")]
     code, timed_out = call(cmd, folder, run_env, cores, deadline, log)
-    record = {k: job[k] for k in ("side", "pair", "variant", "env_id", "num_envs", "flags", "steps_per_iter", "k0")}
+    keys = ("side", "pair", "variant", "env_id", "num_envs", "flags", "steps_per_iter", "k0", "k0_steps", "left_out")
+    record = {k: job[k] for k in keys if k in job}
     record.update(kind="run", script=Path(job["script"]).name, exit_code=code, wall_s=time.time() - start)
     data = json.loads(stamps.read_text()) if stamps.exists() else {}
     record["affinity"] = data.get("affinity")  # the cores the measured process ran on, as it saw them
     figures = window_figures(
-        data.get("stamps", []), job["steps_per_iter"], start, data.get("window_from"), data.get("window_to")
-    )
+        data.get("stamps", []), job["steps_per_iter"], start, data.get("window_from"), data.get("window_to"),
+        data.get("counts"),
+    )  # fmt: skip
     record.update(figures or {})
     text = log.read_text(errors="replace")
     if figures is None:
@@ -555,7 +667,7 @@ def run_job(job, folder, cores, deadline, env):
         record.update(status=f"no window ({why}, in phase {data.get('phase', 'start')})", log_tail=tail)
     else:
         record["status"] = "ok" if code == 0 or data.get("phase") == "done" else f"window, then exit {code}"
-    if "--compile" in job["flags"]:
+    if compiled:
         record["recompiles_warmup"], record["recompiles_after"] = count_recompiles(text)
     if job.get("sync_iters") and "syncs" in data:
         record["sync_iters"] = job["sync_iters"]
@@ -656,13 +768,27 @@ def main(argv=None):
                         "profiled, after the env's ceiling at its env count (with --alone: after it)")  # fmt: skip
     parser.add_argument("--alone", action="store_true", help="PPO Atari's twin at 8 envs alone on the machine, after "
                         "the env's ceiling on the same cores; then the rounds with --rounds, else nothing")  # fmt: skip
+    parser.add_argument("--peers", metavar="DIR", help="instead of the lanes: SB3's and TorchRL's runs beside ours "
+                        "(SAC, TD3, PPO continuous, DQN), from DIR: a venv made by benchmarks/peers/install.sh or the "
+                        "folder of its --offline mode")  # fmt: skip
     parser.add_argument("--ceiling", nargs=4, metavar=("FAMILY", "ENV", "NUM_ENVS", "SECONDS"), help=argparse.SUPPRESS)
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--ceiling":
         family, env_id, num_envs, seconds = sys.argv[2:6]
         return ceiling_main(family, env_id, int(num_envs), float(seconds))
     args = parser.parse_args(argv)
     out, args.peer = Path(args.out).resolve(), str(Path(args.peer).resolve())
-    if not args.no_peer and not (Path(args.peer) / "leanrl").is_dir():
+    if args.peers is not None:  # SB3 and TorchRL: their own call (LeanRL's scripts are not run in it)
+        args.peers = str(Path(args.peers).resolve())
+        why = None
+        if peers_python(args.peers) is None:
+            why = "not a venv made by benchmarks/peers/install.sh nor the folder of its --offline mode"
+            why += " (no torchrl-sota/ beside bin/python or SB3's and TorchRL's packages)"
+        elif args.rounds or args.alone or args.fast:
+            why = "a call of its own: not with --rounds, --alone or --fast"
+        if why:
+            print(f"gpu_session: error: --peers {args.peers}: {why}", file=sys.stderr)
+            return 2
+    elif not args.no_peer and not (Path(args.peer) / "leanrl").is_dir():
         print(f"gpu_session: error: --peer {args.peer} has no leanrl/ folder of LeanRL's scripts", file=sys.stderr)
         return 2
     if args.rounds and args.no_peer:
@@ -686,6 +812,8 @@ def main(argv=None):
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(work / "inductor"))  # cold: a bare machine compiles everything
     results = out / "results.jsonl"
     info = dict(session_machine(), inductor=env_inductor())
+    if args.peers is not None:
+        info["peers"] = peers_versions(args.peers)
     command = ["benchmarks/gpu_session.py", *(a for a in (argv or sys.argv[1:]) if a != args.out), "OUT"]
     info.update(dry_run=args.dry_run, budget_s=budget, command=" ".join(command).replace(str(ROOT) + "/", ""))
     write = threading.Lock()
@@ -699,7 +827,8 @@ def main(argv=None):
     cores = sorted(os.sched_getaffinity(0))
     split = lambda arg: arg.split(",") if arg else None
     whole = plan(args.peer, args.dry_run, cores)
-    lanes = select(whole, split(args.lanes), split(args.pairs), split(args.profile), peer=not args.no_peer)
+    lanes = peers_plan(whole, args.peers, cores) if args.peers else whole
+    lanes = select(lanes, split(args.lanes), split(args.pairs), split(args.profile), peer=not args.no_peer)
     deadline = time.time() + budget
 
     def run_one(name, n, job, job_cores, **extra):
@@ -711,13 +840,14 @@ def main(argv=None):
         started = time.time()
         rec = run_job(job, work / "runs" / f"{name}-{n:02d}", job_cores, deadline, env)
         rec.update(lane=name, cores=len(job_cores), core_ids=list(job_cores), started=started, what=what, **extra)
+        rec["logs"] = f"runs/{name}-{n:02d}"  # its log and stamps in logs.tar.gz
         record(rec)
         sps = rec.get("sps")
         print(f"gpu_session: [{name}] {what}: {rec.get('status', 'ok')}, " + (f"{sps:,.0f} steps/s" if sps else ""))
 
     def lane_loop(name, lane_cores, jobs):
         for n, job in enumerate(jobs):
-            run_one(name, n, job, lane_cores)
+            run_one(name, n, job, lane_cores, **({"peers": True} if args.peers else {}))
 
     def slot_loop(slot, a, b, pairs):
         for n, (ours, theirs) in enumerate(pairs):  # round 1: ours on a, LeanRL's on b; round 2: swapped

@@ -290,7 +290,10 @@ NEUTRAL = {"seed", "measure_burnin", "cuda", "compile", "cudagraphs", "torch_det
 SB3_DRIVERS = {  # our pair: the SB3 driver, and our flags it follows
     "sac_continuous_action": ("sb3_sac.py", {"env_id", "total_timesteps", "learning_starts"}),
     "td3_continuous_action": ("sb3_td3.py", {"env_id", "total_timesteps", "learning_starts"}),
-    "ppo_continuous_action": ("sb3_ppo.py", {"env_id", "total_timesteps"}),
+    "ppo_continuous_action": (
+        "sb3_ppo.py",
+        {"env_id", "total_timesteps", "num_steps", "num_minibatches", "update_epochs"},
+    ),
     "dqn": ("sb3_dqn.py", {"env_id", "total_timesteps", "learning_starts"}),
 }
 
@@ -314,9 +317,12 @@ def peer_argv_for(peer, argv, script):
         words += [str(values["total_timesteps"]), "--seed", str(values.get("seed", 1))]
         if "learning_starts" in follows:
             words += ["--learning-starts", str(values["learning_starts"])]
+        for name in sorted(follows & given - {"env_id", "total_timesteps", "learning_starts"}):  # the rest if given
+            words += [f"--{name.replace('_', '-')}", str(values[name])]
         return words, sorted(given - follows)
     total, env = values["total_timesteps"], values["env_id"]
     common = ["logger.backend=", f"compile.compile={'--compile' in argv}"]  # no wandb; its compile option as ours
+    common += ["compile.cudagraphs=True"] if "--cudagraphs" in argv else []  # and its CUDA graphs (a GPU's runs)
     if pair in ("sac_continuous_action", "td3_continuous_action"):
         algo = pair[:3]
         follows = {"env_id", "total_timesteps", "learning_starts", "batch_size", "buffer_size"}
@@ -349,6 +355,14 @@ def peer_argv_for(peer, argv, script):
                  f"logger.test_interval={2 * total}"]  # fmt: skip
         return words + common, sorted(given - follows)
     return None
+
+
+def bar_total(argv):
+    """The total of the bar to stamp in an SB3 or TorchRL peer's command: the one counting the run's env steps (SB3's
+    --total-timesteps, TorchRL's collector.total_frames override); None where the command names neither."""
+    if "--total-timesteps" in argv:
+        return int(argv[argv.index("--total-timesteps") + 1])
+    return next((int(w.split("=")[1]) for w in argv if w.startswith("collector.total_frames=")), None)
 
 
 def peer_versions(venv):
@@ -391,9 +405,8 @@ def measure(
     env = dict(start_env, **{TICKS_FILE: str(ticks)})
     if peer:  # LeanRL's scripts call wandb.init unless it is disabled
         env.update({TICKS_FROM: peer, "WANDB_MODE": "disabled"})
-    if peer == "bar":  # the bar to stamp: the one counting the run's env steps (SB3's flag, TorchRL's override)
-        sb3_total = argv[argv.index("--total-timesteps") + 1] if "--total-timesteps" in argv else ""
-        env[BAR_TOTAL] = next((w.split("=")[1] for w in argv if w.startswith("collector.total_frames=")), sb3_total)
+    if peer == "bar":  # the bar to stamp: the one counting the run's env steps
+        env[BAR_TOTAL] = str(bar_total(argv) or "")
     if python:  # its venv's packages alone: on its path only the hook's folder (hook_env put it first)
         env["PYTHONPATH"] = env["PYTHONPATH"].split(os.pathsep)[0]
     else:

@@ -757,6 +757,64 @@ def alone_markdown(alone):
     return lines
 
 
+GPU_SIDES = {"leanrl-peer": "LeanRL", "sb3": "SB3", "torchrl": "TorchRL"}  # gpu_session.py's peer sides
+# gpu_session.py --peers: TorchRL's runs by the variant of ours they run beside (its compile options as our flags)
+TORCHRL_VARIANTS = {"eager": "eager", "twin --compile": "compile",
+                    "twin --compile --cudagraphs": "compile + cudagraphs"}  # fmt: skip
+
+
+def gpu_sps(r, brief=False):
+    """A GPU table's cell: steps/s over the window, with the seconds to the window unless brief."""
+    if r is None:
+        return "—"
+    to_window = r.get("to_window_s")
+    return f"{r['sps']:,.0f}" + (f" ({to_window:.0f} s)" if to_window is not None and not brief else "")
+
+
+def gpu_ratio(a, b):
+    return f"{a['sps'] / b['sps']:.2f}x" if a and b else "—"
+
+
+def peers_markdown(machine, runs, brief=False):
+    """gpu_session.py --peers: per pair, ours (the eager script, the twin) beside SB3's run and TorchRL's (compile
+    options off, compile, compile and cudagraphs), with our ratio to each as the CPU table gives it: the eager script
+    to SB3's run and to TorchRL's eager one; the twin to SB3's (it has no compile option) and to TorchRL's fastest.
+    brief: ours and the ratios (the peers' own figures stay in the full table)."""
+    rows = defaultdict(dict)
+    for r in runs:
+        if r.get("sps"):
+            rows[(r["pair"], r["env_id"])][(r["side"], r["variant"])] = r
+    if not rows:
+        return []
+    found = machine.get("peers") or {}
+    version = lambda name: found.get(name) or "?"
+    lines = [
+        f"Beside SB3 {version('stable-baselines3')} and TorchRL {version('torchrl')} (tensordict "
+        f"{version('tensordict')}), `gpu_session.py --peers`: ours and theirs in lanes side by side, each lane on its "
+        "own cores, all sharing the GPU; their work per env step ours (`benchmarks/peers/README.md`), SB3 on its "
+        "default device, TorchRL's sota-implementations with `compile.compile` off and on (then its mode is "
+        "reduce-overhead) and with `compile.cudagraphs` too. A peer's window starts where its env steps pass those of "
+        "our warm-up.",
+        "",
+    ]
+    torchrl = [f"TorchRL {name}" for name in TORCHRL_VARIANTS.values()]
+    head = ["pair", "env", "eager", "twin", *([] if brief else ["SB3", *torchrl])]
+    head += ["ours / SB3: eager", "twin", "ours / TorchRL: eager", "twin / its fastest compiled"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    fastest = lambda runs: max((r for r in runs if r), key=lambda r: r["sps"], default=None)
+    for (pair, env_id), row in sorted(rows.items()):
+        eager = row.get(("leanrl", "eager"))
+        twin = fastest(r for (side, variant), r in row.items() if side == "leanrl" and variant != "eager")
+        sb3 = row.get(("sb3", "eager"))
+        theirs = [row.get(("torchrl", variant)) for variant in TORCHRL_VARIANTS]
+        line = [f"`{pair}`", env_id, gpu_sps(eager, brief), gpu_sps(twin, brief)]
+        line += [] if brief else [gpu_sps(r) for r in (sb3, *theirs)]
+        line += [gpu_ratio(eager, sb3), gpu_ratio(twin, sb3), gpu_ratio(eager, theirs[0])]
+        line += [gpu_ratio(twin, fastest(theirs[1:]))]
+        lines.append("| " + " | ".join(line) + " |")
+    return lines + [""]
+
+
 def gpu_markdown(records, brief=False, checks=True):
     """One table per session: each env's ceiling, each pair's eager script and twin variants, LeanRL's scripts
     beside them, the ratios; then the checks (recompiles, host syncs) and the runs with no steady window.
@@ -766,6 +824,7 @@ def gpu_markdown(records, brief=False, checks=True):
     for machine, runs, ceilings in gpu_sessions(records):
         rounds, alone = [r for r in runs if r.get("round")], [r for r in runs + ceilings if r.get("alone")]
         runs = [r for r in runs if not r.get("round") and not r.get("alone")]
+        beside = [r for r in runs if r.get("peers") or r.get("side") in ("sb3", "torchrl")]  # --peers' lanes
         ceilings = [c for c in ceilings if not c.get("alone")]
         stamp = f"{machine['device']} · {machine['cpu']} ({machine['cpu_count']} cores) · torch {machine['torch']}"
         if brief:
@@ -805,7 +864,7 @@ def gpu_markdown(records, brief=False, checks=True):
         ceiling_of = {(c["env_id"], c["num_envs"]): c.get("sps") for c in ceilings}
         cells = defaultdict(dict)
         for r in runs:
-            if r.get("sps"):
+            if r.get("sps") and r not in beside:
                 cells[(r["pair"], r["env_id"], r.get("num_envs"))][(r["side"], r["variant"])] = r
         has_peer = any(side != "leanrl" for row in cells.values() for side, _ in row)
         columns = [GPU_COLUMNS[0], GPU_COLUMNS[-1]] if brief else GPU_COLUMNS
@@ -817,13 +876,7 @@ def gpu_markdown(records, brief=False, checks=True):
         if ceilings:
             head.append(f"{best_twin} / env ceiling")
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] if cells else []
-        fmt = lambda r: (
-            "—"
-            if r is None
-            else f"{r['sps']:,.0f}"
-            + (f" ({r['to_window_s']:.0f} s)" if r.get("to_window_s") is not None and not brief else "")
-        )
-        ratio = lambda a, b: f"{a['sps'] / b['sps']:.2f}x" if a and b else "—"
+        fmt, ratio = lambda r: gpu_sps(r, brief), gpu_ratio
         for (pair, env_id, num_envs), row in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][2] or 0)):
             ours = {v: row.get(("leanrl", v)) for v in columns}
             twins = [r for v, r in ours.items() if v != "eager" and r]
@@ -843,6 +896,7 @@ def gpu_markdown(records, brief=False, checks=True):
                 line.append(f"{best['sps'] / top:.0%}" if best and top else "—")
             out.append("| " + " | ".join(line) + " |")
         out += [""] if cells else []
+        out += peers_markdown(machine, beside, brief)
         out += alone_markdown(alone) + (rounds_markdown(rounds) if rounds else [])
         if brief:
             continue
@@ -862,7 +916,8 @@ def gpu_markdown(records, brief=False, checks=True):
                 if syncs is not None:
                     where += f" (over {r.get('sync_iters')} iterations)"
                 rec = f"{r.get('recompiles_warmup', '—')} / {r.get('recompiles_after', '—')}"
-                name = f"{'LeanRL ' if r['side'] != 'leanrl' else ''}`{r['pair']}` {r['variant']} ({r.get('num_envs')})"
+                side = f"{GPU_SIDES[r['side']]} " if r["side"] in GPU_SIDES else ""
+                name = f"{side}`{r['pair']}` {r['variant']} ({r.get('num_envs')})"
                 out.append(f"| {name} | {rec} | {where} |")
             out.append("")
         missing = [r for r in runs if not r.get("sps")]
@@ -872,7 +927,7 @@ def gpu_markdown(records, brief=False, checks=True):
                 why = r.get("status") or "failed"
                 tail = " / ".join(r.get("log_tail") or ([r["message"]] if r.get("message") else []))
                 tail = " ".join(tail.split())[:300]
-                side = "LeanRL " if r.get("side") == "leanrl-peer" else ""
+                side = f"{GPU_SIDES[r['side']]} " if r.get("side") in GPU_SIDES else ""
                 out.append(
                     f"- {side}`{r['pair']}` {r['variant']} ({r['env_id']}): {why}" + (f": {tail}" if tail else "")
                 )

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, load_script
@@ -321,3 +322,166 @@ def test_the_dry_run_measures_its_lanes_on_the_cpu(every_lane, tmp_path):
     assert all(r["sps"] > 0 for r in records if r["kind"] == "ceiling")
     assert "rollout step" in (out / "profile.md").read_text()
     assert "| `ppo_atari_envpool` |" in (out / "summary.md").read_text()
+
+
+# ---------------------------------------------------------------- --peers: SB3 and TorchRL beside ours
+
+PEER_LANES = ["sac-ours", "sac-torchrl", "td3-ours", "td3-torchrl", "ppo-continuous-ours", "ppo-continuous-torchrl",
+              "dqn-ours", "dqn-torchrl"]  # fmt: skip
+
+
+def test_the_peer_lanes_run_sb3_and_torchrl_at_our_work_per_env_step_beside_ours():
+    """CI has no peers' venv: the plan alone. For each pair a lane of ours (the lanes' eager and twin jobs, no sync
+    count) then SB3's and TorchRL's eager runs, and a lane of TorchRL compiled, with cudagraphs last; every peer gets
+    our env, batch, buffer and learning starts, its window from our warm-up's env step, its bar the run's frames."""
+    full = "twin --compile --cudagraphs"
+    lanes = session.plan("/peer", dry_run=False, cores=list(range(16)))
+    ours = {(j["pair"], j["variant"]): j for _, _, lane in lanes for j in lane if j.get("side") == "leanrl"}
+    cut = session.peers_plan(lanes, "/peers", list(range(16)))
+    assert [name for name, _, _ in cut] == PEER_LANES
+    assert all(len(share) == 2 for _, share, _ in cut) and len({c for _, s, _ in cut for c in s}) == 16
+    jobs = {name: lane for name, _, lane in cut}
+    for pair, short in session.PEER_PAIRS.items():
+        mine, theirs = jobs[f"{short}-ours"], jobs[f"{short}-torchrl"]
+        assert [(j["side"], j["variant"]) for j in mine + theirs] == [
+            ("leanrl", "eager"), ("leanrl", full), ("sb3", "eager"), ("torchrl", "eager"),
+            ("torchrl", "twin --compile"), ("torchrl", full)]  # fmt: skip
+        for j in mine[:2]:  # ours as in the lanes, without the sync count and the profile (the lanes measure them)
+            same = ours[(pair, j["variant"])]
+            assert [j[k] for k in ("flags", "k0", "steps_per_iter")] == [same[k] for k in ("flags", "k0",
+                                                                                         "steps_per_iter")]  # fmt: skip
+            assert (j["sync_iters"], j["profile"]) == (0, False)
+        eager = ours[(pair, "eager")]
+        for j in mine[2:] + theirs:
+            assert j["k0_steps"] == eager["k0"] * eager["steps_per_iter"] and j["env_id"] == eager["env_id"]
+            assert j["bar"] == (500_000 if pair == "dqn" else 1_000_000)  # our default budget: the bar to stamp
+        sb3, trl = mine[2], mine[3]
+        assert sb3["script"] == str(ROOT / "benchmarks" / "peers" / f"sb3_{pair.split('_')[0]}.py")
+        assert sb3["flags"][:2] == ["--env-id", eager["env_id"]] and sb3["flags"][-2:] == ["--device", "auto"]
+        assert trl["script"].startswith("/peers/torchrl-sota/")
+        compile_options = [[w for w in j["flags"] if w.startswith("compile.")] for j in (trl, *theirs)]
+        assert compile_options == [["compile.compile=False"], ["compile.compile=True"],
+                                   ["compile.compile=True", "compile.cudagraphs=True"]]  # fmt: skip
+    by = lambda short, side: next(j for j in jobs[f"{short}-ours"] if j["side"] == side)["flags"]
+    assert by("sac", "sb3")[-4:-2] == ["--learning-starts", "5000"]
+    assert by("dqn", "sb3")[-4:-2] == ["--learning-starts", "10000"]
+    assert {"collector.init_random_frames=5000", "optim.batch_size=256", "network.hidden_sizes=[256,256]",
+            "collector.env_per_collector=1", "env.name=HalfCheetah-v4"} <= set(by("sac", "torchrl"))  # fmt: skip
+    assert {"collector.frames_per_batch=2048", "loss.mini_batch_size=64"} <= set(by("ppo-continuous", "torchrl"))
+    assert {"collector.init_random_frames=10000", "buffer.batch_size=128"} <= set(by("dqn", "torchrl"))
+    assert jobs["ppo-continuous-ours"][2]["k0_steps"] == 3 * 2048  # our three warm-up iterations of 2,048 steps
+    # the dry run: no compile, so no TorchRL lanes, and our flagless twin left out; the tiny sizes followed
+    dry = session.peers_plan(session.plan("/peer", dry_run=True, cores=[0, 1]), "/peers", [0, 1])
+    assert [(name, [j["side"] for j in lane]) for name, _, lane in dry] == [
+        (name, ["leanrl", "sb3", "torchrl"]) for name in PEER_LANES[::2]]  # fmt: skip
+    ppo = {j["side"]: j["flags"] for j in dict((n, lane) for n, _, lane in dry)["ppo-continuous-ours"]}
+    assert ppo["sb3"][-6:-2] == ["--num-minibatches", "2", "--num-steps", "64"]
+    assert {"collector.frames_per_batch=64", "loss.mini_batch_size=32"} <= set(ppo["torchrl"])
+    sac = {j["side"]: j["flags"] for j in dict((n, lane) for n, _, lane in dry)["sac-ours"]}
+    assert "optim.batch_size=32" in sac["torchrl"] and "collector.init_random_frames=300" in sac["torchrl"]
+
+
+def test_a_peers_bar_opens_its_window_at_our_warm_ups_env_step_and_counts_its_own_steps():
+    """TorchRL's SAC: batches of 200 frames, 0.1 s each while the actions are random (5,000 frames), a 10 s compile
+    in the first batch that learns, then 0.5 s a batch: the window opens at 5,200 frames (the first stamp past our
+    warm-up's 5,100), after the compile, and gives 400 steps/s from the bar's counts."""
+    config = dict(k0=None, k0_steps=5100, steady_s=2.9, min_iters=2, sync_iters=0, profile=False, script="sac.py")
+    state = dict(config=config, stamps=[], counts=[], syncs={}, phase="warmup")
+    now = 1.0
+    for batch in range(1, 60):  # a stamp after each batch's collection: the 26th comes after the first update
+        now += 0.1 if batch <= 25 else 10.0 if batch == 26 else 0.5
+        state["counts"].append(200 * batch)
+        if session.advance(state, now) is False:
+            break
+    assert state["counts"][state["window_from"]] == 5200 and state["counts"][state["window_from"] - 1] == 5000
+    assert state["window_to"] - state["window_from"] == 6 and state["phase"] == "done"  # the first 2.9 s: 6 batches
+    figures = session.window_figures(state["stamps"], None, 0.0, state["window_from"], state["window_to"],
+                                     state["counts"])  # fmt: skip
+    assert figures["sps"] == pytest.approx(400.0) and figures["window_s"] == pytest.approx(3.0)
+    assert figures["warmup_excess_s"] == pytest.approx(9.5)  # the compile's 10 s less a steady batch
+    assert figures["to_window_s"] == pytest.approx(1.0 + 2.5 + 10.0)
+
+
+def test_a_bad_peers_folder_or_a_mixed_call_exits_2_with_one_line(tmp_path):
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_session.py"), "--dry-run"]
+    proc = subprocess.run([*cmd, "--peers", str(tmp_path), str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+    assert proc.stderr.startswith(f"gpu_session: error: --peers {tmp_path}: not a venv made by benchmarks/peers/")
+    (tmp_path / "torchrl-sota").mkdir()
+    (tmp_path / "stable_baselines3").mkdir()
+    (tmp_path / "torchrl").mkdir()
+    proc = subprocess.run([*cmd, "--rounds", "--peers", str(tmp_path), str(tmp_path / "out")], capture_output=True,
+                          text=True)  # fmt: skip
+    mixed = f"gpu_session: error: --peers {tmp_path}: a call of its own: not with --rounds, --alone or --fast\n"
+    assert proc.returncode == 2 and proc.stderr == mixed
+    assert session.peers_python(tmp_path) == (sys.executable, str(tmp_path))  # the folder of install.sh --offline
+    env = dict(os.environ, PEERS=str(tmp_path / "none"), PYTHON=sys.executable)
+    sh = ["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "--dry-run", "--peers", str(tmp_path / "out")]
+    proc = subprocess.run(sh, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and f"--peers {tmp_path / 'none'}:" in proc.stderr
+
+
+def test_the_gpu_table_puts_sb3_and_torchrl_beside_ours_with_our_ratio_to_each():
+    machine = dict(kind="machine", device="GPU X", cpu="CPU Y", cpu_count=16, torch="2.11.0", time="2026-11-29T00",
+                   peers={"stable-baselines3": "2.9.2", "torchrl": "0.14.1", "tensordict": "0.14.3"})  # fmt: skip
+    run = lambda side, variant, sps: dict(
+        kind="run", side=side, pair="sac_continuous_action", variant=variant, env_id="HalfCheetah-v4", num_envs=1,
+        sps=sps, to_window_s=30.0, peers=True, lane="sac-ours",
+    )  # fmt: skip
+    full = "twin --compile --cudagraphs"
+    records = [machine, run("leanrl", "eager", 200.0), run("leanrl", full, 1200.0), run("sb3", "eager", 100.0)]
+    records += [run("torchrl", "eager", 80.0), run("torchrl", "twin --compile", 400.0), run("torchrl", full, 600.0)]
+    records += [dict(run("torchrl", full, None), pair="dqn", env_id="CartPole-v1", status="no window (exit 1)")]
+    table = plot.gpu_markdown(records)
+    assert "Beside SB3 2.9.2 and TorchRL 0.14.1 (tensordict 0.14.3)" in table
+    assert "| pair | env | eager | twin | twin --compile" not in table  # ours are in the peers' table only
+    cells = lambda text: [c.strip() for c in next(r for r in text.splitlines() if r.startswith("| `sac")).split("|")]
+    # ours, SB3, TorchRL's three; ours / SB3 (eager, twin), ours / TorchRL (eager to eager, twin to its fastest)
+    assert cells(table)[3:-1] == ["200 (30 s)", "1,200 (30 s)", "100 (30 s)", "80 (30 s)", "400 (30 s)", "600 (30 s)",
+                                  "2.00x", "12.00x", "2.50x", "2.00x"]  # fmt: skip
+    assert cells(plot.gpu_markdown(records, brief=True))[3:-1] == ["200", "1,200", "2.00x", "12.00x", "2.50x", "2.00x"]
+    assert "- TorchRL `dqn` twin --compile --cudagraphs (CartPole-v1): no window (exit 1)" in table
+
+
+def peers_folder():
+    """The peers' venv (benchmarks/peers/install.sh ../peers-venv, as its README does) or $LEANRL_PEERS: None in CI."""
+    folder = Path(os.environ.get("LEANRL_PEERS") or ROOT.parent / "peers-venv")
+    return folder if session.peers_python(folder) else None
+
+
+@pytest.mark.skipif(peers_folder() is None, reason="no peers' venv (benchmarks/peers/install.sh ../peers-venv)")
+def test_the_dry_run_times_sb3_and_torchrl_beside_ours_from_their_bars(tmp_path):
+    """--dry-run --peers on two pairs (about 40 s of one core): each run gets a window; a peer's steps/s is its bar's
+    env steps over the window's time, from its stamps; SB3's PPO rollouts are our 64 steps, TorchRL's DQN batches its
+    1,000 frames; the machine line names the peers' pinned versions; the table gives our ratios."""
+    import tarfile
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_session.py"), "--dry-run", "--peers", str(peers_folder())]
+    proc = subprocess.run([*cmd, "--pairs", "dqn,ppo_continuous_action", str(out)], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    pins = dict(line.split("==") for line in (ROOT / "benchmarks" / "peers" / "requirements.txt").read_text().split()
+                if "==" in line)  # fmt: skip
+    assert {k: records[0]["peers"][k] for k in ("stable-baselines3", "torchrl")} == {
+        k: pins[k] for k in ("stable-baselines3", "torchrl")}  # fmt: skip
+    runs = {(r["pair"], r["side"]): r for r in records if r["kind"] == "run"}
+    assert sorted(runs) == [(p, s) for p in ("dqn", "ppo_continuous_action") for s in ("leanrl", "sb3", "torchrl")]
+    assert all(r["status"] == "ok" and r["sps"] > 0 for r in runs.values()), runs
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        tar.extractall(tmp_path / "logs", filter="data")
+    step = {}
+    for (pair, side), r in runs.items():
+        if side == "leanrl":
+            continue
+        data = json.loads((tmp_path / "logs" / r["logs"] / "stamps.json").read_text())
+        first, last, counts, stamps = data["window_from"], data["window_to"], data["counts"], data["stamps"]
+        assert r["sps"] == pytest.approx((counts[last] - counts[first]) / (stamps[last] - stamps[first]))
+        assert counts[first] >= r["k0_steps"] > (counts[first - 1] if first else 0)
+        step[(pair, side)] = {b - a for a, b in zip(counts, counts[1:])}
+    assert step[("ppo_continuous_action", "sb3")] == {64} and step[("dqn", "torchrl")] == {1000}
+    summary = (out / "summary.md").read_text()
+    row = next(r for r in summary.splitlines() if r.startswith("| `dqn`"))
+    ratio = runs[("dqn", "leanrl")]["sps"] / runs[("dqn", "sb3")]["sps"]
+    assert f"| {ratio:.2f}x |" in row

@@ -326,6 +326,12 @@ def test_the_peers_get_our_work_per_env_step_and_name_the_flags_they_cannot_foll
                      "1", "--learning-starts", "10000"]  # fmt: skip
     assert left_out == ["train_frequency"]  # the driver holds our default, 10
     assert argv("sb3", "ppo_continuous_action")[0][-2:] == ["--seed", "1"]  # no learning_starts
+    # SB3's PPO driver follows our rollout and minibatch sizes where a run gives them; TorchRL our --cudagraphs (GPU)
+    words, left_out = argv("sb3", "ppo_continuous_action", "--num-steps", "64", "--num-minibatches", "2")
+    assert words[-4:] == ["--num-minibatches", "2", "--num-steps", "64"] and left_out == []
+    words, _ = argv("torchrl", "sac_continuous_action_torchcompile", "--compile", "--cudagraphs")
+    assert words[-2:] == ["compile.compile=True", "compile.cudagraphs=True"]
+    assert steady.bar_total(words) == 1_000_000 and steady.bar_total(["x.py", "--total-timesteps", "300"]) == 300
     assert argv("sb3", "pqn") is None and argv("torchrl", "r2d2_atari_envpool") is None
 
 

@@ -8,13 +8,19 @@ import tqdm
 from stable_baselines3.common.callbacks import BaseCallback
 
 
-def parse(description, learning_starts):
+def parse(description, learning_starts, **sizes):
+    """The flags every driver takes, --learning-starts where it has one and a flag for each of `sizes` (our flag's
+    name and default: --num-steps for num_steps=2048)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--env-id", required=True)
     parser.add_argument("--total-timesteps", type=int, required=True)
     if learning_starts is not None:
         parser.add_argument("--learning-starts", type=int, default=learning_starts)
+    for name, default in sizes.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
     parser.add_argument("--seed", type=int, default=1)
+    # cpu where the CPU table times it (one core, as ours); a GPU session passes SB3's own default, auto (the GPU)
+    parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, or auto (SB3's default)")
     return parser.parse_args()
 
 

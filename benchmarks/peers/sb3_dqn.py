@@ -11,6 +11,6 @@ model = DQN(
     "MlpPolicy", args.env_id, learning_rate=2.5e-4, buffer_size=10_000, learning_starts=args.learning_starts,
     batch_size=128, tau=1.0, gamma=0.99, train_freq=10, gradient_steps=1, target_update_interval=500,
     exploration_fraction=0.5, exploration_initial_eps=1.0, exploration_final_eps=0.05,
-    policy_kwargs=dict(net_arch=[120, 84]), seed=args.seed, device="cpu",
+    policy_kwargs=dict(net_arch=[120, 84]), seed=args.seed, device=args.device,
 )  # fmt: skip
 learn(model, args.total_timesteps)

@@ -12,6 +12,6 @@ args = parse(__doc__.split("\n")[0], learning_starts=5000)
 model = SAC(
     "MlpPolicy", gym.make(args.env_id), learning_rate=3e-4, buffer_size=1_000_000, learning_starts=args.learning_starts,
     batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_update_interval=1,
-    policy_kwargs=dict(net_arch=[256, 256]), seed=args.seed, device="cpu",
+    policy_kwargs=dict(net_arch=[256, 256]), seed=args.seed, device=args.device,
 )  # fmt: skip
 learn(model, args.total_timesteps)

@@ -14,6 +14,6 @@ noise = NormalActionNoise(np.zeros(env.action_space.shape), 0.1 * np.ones(env.ac
 model = TD3(
     "MlpPolicy", env, learning_rate=3e-4, buffer_size=1_000_000, learning_starts=args.learning_starts, batch_size=256,
     tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, action_noise=noise, policy_delay=2, target_policy_noise=0.2,
-    target_noise_clip=0.5, policy_kwargs=dict(net_arch=[256, 256]), seed=args.seed, device="cpu",
+    target_noise_clip=0.5, policy_kwargs=dict(net_arch=[256, 256]), seed=args.seed, device=args.device,
 )  # fmt: skip
 learn(model, args.total_timesteps)
