@@ -1,28 +1,27 @@
 """SAC continuous-action pair: the math against float64 references, the replay buffer (wrap-around, filled rows only,
 true final observations with several envs), the twin against the eager script (vmap over stacked Q-parameters, fused
 target update, compiled update, graph breaks, no recompile), the scripts as subprocesses on CPU (smoke, save and
-evaluate, determinism, divergence, bad input) and learning on InvertedPendulum-v4."""
+evaluate, determinism, divergence, bad input) and learning on InvertedPendulum-v4. The checks it shares with
+tests/test_td3_continuous_action.py are in tests/off_policy_checks.py."""
 
 import copy
 import math
+from functools import partial
 
 import numpy as np
+import off_policy_checks as checks
 import pytest
 import torch
 from conftest import (
     args_from_flags,
     assert_finite_results_line,
-    assert_main_exits_2_with_one_line,
-    assert_same_runs_and_eager_format_checkpoints,
     assert_summary_matches,
-    curve_points,
     load_script,
     main_in_process,
-    read_curve,
-    run_script,
     strict_json,
 )
 from gpu_standin import host_reads, run_main
+from off_policy_checks import QUICK, random_batch
 from regression import PAIRS
 from tensordict import TensorDict
 
@@ -32,10 +31,6 @@ EAGER, TWIN = "sac_continuous_action", "sac_continuous_action_torchcompile"
 SCRIPTS = (EAGER, TWIN)
 eager, twin = load_script(EAGER), load_script(TWIN)
 MODULES = {EAGER: eager, TWIN: twin}
-
-# 300 steps, learning from step 100: 200 updates of batch 32 (100 with the actor), enough to run every part
-TINY = ("--learning-starts", "100", "--total-timesteps", "300", "--batch-size", "32", "--buffer-size", "1000")
-TINY += ("--measure-burnin", "10")
 
 
 # ---------------------------------------------------------------- float64 references
@@ -68,20 +63,6 @@ def soft_q_target_reference(rewards, terminated, next_q1, next_q2, next_log_pi, 
         soft_value = min(q1, q2) - alpha * lp
         out.append(r if term else r + gamma * soft_value)  # a truncated transition still bootstraps
     return torch.tensor(out, dtype=torch.float64)
-
-
-def random_batch(n, seed, obs_dim=5, act_dim=3):
-    g = torch.Generator().manual_seed(seed)
-    terminated = (torch.rand(n, generator=g) < 0.3).float()
-    if n > 1:
-        terminated[0], terminated[1] = 1.0, 0.0  # one terminated transition, one truncated or running
-    return dict(
-        obs=torch.randn(n, obs_dim, generator=g),
-        actions=torch.rand(n, act_dim, generator=g) * 2 - 1,
-        rewards=torch.randn(n, generator=g),
-        next_obs=torch.randn(n, obs_dim, generator=g),
-        terminations=terminated,
-    )
 
 
 # ---------------------------------------------------------------- math
@@ -170,32 +151,12 @@ def test_actor_and_temperature_losses_match_float64_reference(name, batch):
 # ---------------------------------------------------------------- twin against eager
 
 
-def networks(obs_dim=5, act_dim=3, seed=0):
-    torch.manual_seed(seed)
-    actor = eager.Actor(obs_dim, -np.ones(act_dim) * 2, np.ones(act_dim))
-    qf1, qf2 = eager.SoftQNetwork(obs_dim, act_dim), eager.SoftQNetwork(obs_dim, act_dim)
-    return actor, qf1, qf2
-
-
-def stacked(qf1, qf2, obs_dim=5, act_dim=3):
-    """The twin's Q-networks: copies of qf1 and qf2 stacked, and the meta-device network they run through."""
-    params = TensorDict.from_modules(copy.deepcopy(qf1), copy.deepcopy(qf2), as_module=True)
-    return params, twin.SoftQNetwork(obs_dim, act_dim).to("meta")
+networks = partial(checks.networks, eager.Actor, eager.SoftQNetwork)
+stacked = partial(checks.stacked, twin.SoftQNetwork)
 
 
 def test_vmap_over_stacked_q_params_equals_the_two_networks():
-    _, qf1, qf2 = networks()
-    params, qnet = stacked(qf1, qf2)
-    b = random_batch(33, 1)
-    got = twin.q_values(qnet, params, b["obs"], b["actions"])
-    want = torch.stack([qf1(b["obs"], b["actions"]).view(-1), qf2(b["obs"], b["actions"]).view(-1)])
-    assert got.shape == (2, 33)
-    torch.testing.assert_close(got, want)
-    # and the gradients reach each network's own slice of the stack
-    (got * torch.tensor([[1.0], [-2.0]])).sum().backward()
-    (want * torch.tensor([[1.0], [-2.0]])).sum().backward()
-    torch.testing.assert_close(params["fc1", "weight"].grad[0], qf1.fc1.weight.grad)
-    torch.testing.assert_close(params["fc3", "bias"].grad[1], qf2.fc3.bias.grad)
+    checks.vmap_over_stacked_q_params_equals_the_two_networks(twin, networks, stacked)
 
 
 def test_fused_target_update_equals_the_per_parameter_one():
@@ -276,8 +237,10 @@ def twin_learner(seed=0):
     )
 
 
-def call_train_step(fn, learner, count, transition, tau, policy_update):
-    L = learner
+def call_train_step(fn, learner, count, transition, policy_update, call):
+    """train_step in the call-th step of the compiled check; its third step updates no target (tau 0), and reuses the
+    same graph."""
+    L, tau = learner, torch.tensor(0.0 if call == 2 else 0.005)
     return fn(
         L["actor"], L["qnet"], L["params"], L["target"], L["q_opt"], L["a_opt"], L["log_alpha"], L["al_opt"],
         L["buffer"], count, transition, tau, policy_update=policy_update,
@@ -289,41 +252,12 @@ def call_train_step(fn, learner, count, transition, tau, policy_update):
 # own kernels for the update are built and run by the twin's --compile learning run, and compared here with -m slow
 @pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_compiled_train_step_equals_the_uncompiled_one_without_recompiles(backend):
-    """The twin's whole update (buffer write, sampling, critic, 2 actor and temperature steps, fused targets)
-    compiled on CPU as one graph each (fullgraph, torch.autograd.grad traced as the script has it), against the same
-    function run eagerly, step by step; inductor draws its random numbers as eager does (fallback_random), so both see
-    the same batches and noise. Both variants (with and without the actor) compile once; later calls recompile
-    nothing.
-    With inductor (-m slow) it took 94 s in a cold run on a 2-core EPYC, with aot_eager 10 s or less."""
-    ref, comp = twin_learner(), twin_learner()
-    g = torch.Generator().manual_seed(0)
-    fill = dict(
-        obs=torch.randn(64, 4, generator=g),
-        actions=torch.rand(64, 1, generator=g) * 6 - 3,
-        rewards=torch.randn(64, generator=g),
-        next_obs=torch.randn(64, 4, generator=g),
-        terminations=(torch.rand(64, generator=g) < 0.2).float(),
+    """SAC's update: critic, actor and temperature steps (8 statistics with the actor, 6 without), the temperature
+    compared too. With inductor (-m slow) it took 94 s in a cold run on a 2-core EPYC, with aot_eager 10 s or less."""
+    compared = ("actor", "params"), ("target", "log_alpha")
+    ref = checks.compiled_train_step_equals_the_uncompiled_one(
+        twin, twin_learner, call_train_step, backend, {False: 6, True: 8}, compared
     )
-    counts = [twin.buffer_add(L["buffer"], torch.zeros((), dtype=torch.long), fill) for L in (ref, comp)]
-    torch._dynamo.reset()
-    compiled = torch.compile(twin.train_step, fullgraph=True, backend=backend)
-    with torch._inductor.config.patch(fallback_random=True), torch._dynamo.config.patch(trace_autograd_ops=True):
-        for call, policy_update in enumerate([False, True, False, True, False]):
-            tau = torch.tensor(0.0 if call == 2 else 0.005)  # a step without a target update reuses the same graph
-            transition = {k: v[call : call + 1] for k, v in random_batch(6, 10 + call, 4, 1).items()}
-            torch.manual_seed(call)
-            counts[0], want = call_train_step(twin.train_step, ref, counts[0], transition, tau, policy_update)
-            torch.manual_seed(call)
-            with torch._dynamo.config.patch(error_on_recompile=call > 1):
-                counts[1], got = call_train_step(compiled, comp, counts[1], transition, tau, policy_update)
-            assert int(counts[1]) == int(counts[0]) == 65 + call
-            # one stacked tensor of statistics: 5 of the critic and alpha, and the actor's and temperature's losses
-            assert got.shape == want.shape == ((8,) if policy_update else (6,))
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-            for key in ("actor", "params"):
-                torch.testing.assert_close(comp[key].state_dict(), ref[key].state_dict(), rtol=1e-4, atol=1e-5)
-            torch.testing.assert_close(comp["target"], ref["target"], rtol=1e-4, atol=1e-6)
-            torch.testing.assert_close(comp["log_alpha"], ref["log_alpha"], rtol=1e-4, atol=1e-6)
     assert ref["log_alpha"].item() < 0, "the temperature moved"
 
 
@@ -473,23 +407,12 @@ def test_steps_per_second_leave_out_measure_burnin_iterations_after_learning_sta
     ids=["eager", "twin-2envs-fixed-alpha"],
 )
 def test_smoke_tiny_budget(name, flags, tmp_path):
-    proc, lines = run_script(name, *TINY, *flags, tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (line,) = lines
-    assert_finite_results_line(line, name)
-    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
-    assert line["env_id"] == "HalfCheetah-v4" and line["mode"] == "train" and line["steps"] == 300
-    assert line["compile"] is ("--compile" in flags) and line["cudagraphs"] is False
-    # HalfCheetah-v4's XML uses MuJoCo 4's deprecated settotalmass: the scripts drop exactly that warning
-    assert "settotalmass" not in proc.stderr + proc.stdout and not (tmp_path / "MUJOCO_LOG.TXT").exists()
-    losses = line["losses"]
+    losses = checks.smoke_tiny_budget(name, flags, tmp_path)["losses"]
     assert {"qf_loss", "qf1_values", "qf2_values", "actor_loss", "alpha"} <= set(losses)
     if "--no-autotune" in flags:
         assert losses["alpha"] == pytest.approx(0.1, rel=1e-6) and "alpha_loss" not in losses
     else:
         assert losses["alpha"] < 1.0 and "alpha_loss" in losses  # the temperature was tuned down from 1
-    curve = read_curve(line, tmp_path).splitlines()
-    assert curve[0] == "step,wall_s,return" and len(curve) == line["episodes"] + 1
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -519,43 +442,14 @@ def test_fixed_alpha_zero_trains_without_an_entropy_bonus(name, tmp_path, capsys
 # learns (below); each compiled run here would build inductor's kernels once more than the learning test does
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_runs_are_deterministic_and_the_checkpoint_evaluates(name, tmp_path):
-    """Same seed, same machine, on CPU: the same losses, episodes and weights twice; the saved actor plays, and the
-    twin saves the eager script's checkpoint format."""
-    runs = []
-    for i in range(2):
-        (tmp_path / str(i)).mkdir()
-        proc, lines = run_script(
-            name, *TINY, "--env-id", "InvertedPendulum-v4", "--save-model", tmp_path=tmp_path / str(i)
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "Warning" not in proc.stderr, proc.stderr[-3000:]  # none a user must learn to ignore
-        runs.append(lines[0])
-    assert_same_runs_and_eager_format_checkpoints(name, TINY, runs, tmp_path, eager.SoftQNetwork(4, 1))
-
-    tmp_path = tmp_path / "1"
-    checkpoint_path = tmp_path / runs[1]["run_name"] / f"{name}.pt"
-    assert not list(checkpoint_path.parent.glob("*.tmp")), "the checkpoint is written atomically"
-    checkpoint = torch.load(checkpoint_path, weights_only=True)
-    assert checkpoint["args"]["env_id"] == "InvertedPendulum-v4" and "fc_logstd.weight" in checkpoint["actor"]
-    proc, lines = run_script(name, "--eval-checkpoint", str(checkpoint_path), "--eval-episodes", "3", tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = lines[-1]
-    assert line["mode"] == "eval" and line["status"] == "ok" and line["env_id"] == "InvertedPendulum-v4"
-    assert line["episodes"] == 3 and line["mean_return"] > 0 and line["steps"] > 0
-    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    checks.runs_are_deterministic_and_the_checkpoint_evaluates(
+        name, eager.SoftQNetwork(4, 1), "fc_logstd.weight", tmp_path
+    )
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_non_finite_loss_stops_the_run_as_diverged(name, tmp_path):
-    # a huge step size: the Q-weights blow up after the first steps, the Q-values and the loss overflow
-    proc, lines = run_script(name, *TINY, "--env-id", "InvertedPendulum-v4", "--q-lr", "1e30", tmp_path=tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
-    [line] = lines  # parsed strictly: no NaN in the file
-    assert line["status"] == "diverged" and line["message"].startswith("loss diverged at step ")
-    assert f"{name}.py: {line['message']}" in proc.stderr
-    assert None in line["losses"].values()
-    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
+    checks.non_finite_loss_stops_the_run_as_diverged(name, "--q-lr", tmp_path)
 
 
 # ---------------------------------------------------------------- bad input
@@ -587,63 +481,23 @@ VARIANT_IDS = ["eager", "twin", "twin-compile"]
 @pytest.mark.parametrize("name,extra", [(EAGER, ()), (TWIN, ()), (TWIN, ("--compile", "True"))], ids=VARIANT_IDS)
 @pytest.mark.parametrize("flags,flag", BAD_INPUTS, ids=[" ".join(f) for f, _ in BAD_INPUTS])
 def test_bad_input_exits_2_with_one_line(name, extra, flags, flag, capsys, tmp_path):
-    args = args_from_flags(MODULES[name], (*flags, *extra))
-    assert getattr(args, "compile", False) is bool(extra)
-    assert_main_exits_2_with_one_line(MODULES[name], name, args, flag, capsys, tmp_path)
+    checks.bad_input_exits_2_with_one_line(MODULES[name], name, flags, extra, flag, capsys, tmp_path)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
 @pytest.mark.parametrize("where", ["a-folder", "under-a-file"])
 def test_bad_results_file_exits_2_with_one_line(name, where, capsys, tmp_path):
-    """--results-file a folder, or a path under a file: one line naming the flag, exit 2, nothing created."""
-    (tmp_path / "a_file").write_text("keep")
-    results = tmp_path if where == "a-folder" else tmp_path / "a_file" / "results.jsonl"
-    args = args_from_flags(MODULES[name], ("--results-file", str(results)))
-    args.cuda = False
-    with pytest.raises(SystemExit) as exit_info:
-        MODULES[name].main(args)
-    assert exit_info.value.code == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: --results-file "), err
-    assert [p.name for p in tmp_path.iterdir()] == ["a_file"] and (tmp_path / "a_file").read_text() == "keep"
+    checks.results_file_that_cannot_be_written_exits_2(MODULES[name], name, (), where, capsys, tmp_path)
 
 
 @pytest.mark.parametrize(
-    "name,flags,flag",
-    [
-        (TWIN, ("--cudagraphs",), "--cudagraphs"),
-        (EAGER, ("--env-id", "CartPole-v1"), "--env-id"),
-    ],
+    "name,flags,flag", [(TWIN, ("--cudagraphs",), "--cudagraphs"), (EAGER, ("--env-id", "CartPole-v1"), "--env-id")]
 )
 def test_bad_input_from_the_command_line(name, flags, flag, tmp_path):
-    proc, lines = run_script(name, *TINY, *flags, tmp_path=tmp_path, timeout=120)
-    assert proc.returncode == 2
-    err = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith(f"{name}.py: error: ") and flag in err[0], proc.stderr
-    assert "Traceback" not in proc.stderr and lines == []
-    if flag == "--cudagraphs":
-        assert err[0] == f"{name}.py: error: --cudagraphs needs CUDA, and none is available"
+    checks.bad_input_from_the_command_line(name, flags, flag, tmp_path)
 
 
-# ---------------------------------------------------------------- learning
-# InvertedPendulum-v4: the best return is 1000 (1000 steps balanced); uniform random actions get about 6-8.
-
-
-def learn(name, flags, tmp_path):
-    """Train on InvertedPendulum-v4; returns (results line, mean of the last 10 episodic returns)."""
-    proc, lines = run_script(name, "--env-id", "InvertedPendulum-v4", *flags, tmp_path=tmp_path, timeout=3600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Warning" not in proc.stderr, proc.stderr[-3000:]  # none a user must learn to ignore, compiled or not
-    line = lines[0]
-    assert_finite_results_line(line, name)
-    assert_summary_matches(proc.stdout, line, tmp_path / "results.jsonl")
-    assert line["compile"] is ("--compile" in flags)
-    returns = [score for _, score in curve_points(line, tmp_path)]
-    return line, sum(returns[-10:]) / len(returns[-10:])
-
-
-# CI budget: CleanRL's hyper-parameters but for 500 random steps (not 5000) and batches of 64 (not 256): 3500 updates
-QUICK = ["--learning-starts", "500", "--total-timesteps", "4000", "--batch-size", "64"]
+# ---------------------------------------------------------------- learning (tests/off_policy_checks.py's QUICK budget)
 
 
 # CI learns with the twin; the eager script's run is `-m slow` (tests/regression.py pins its numbers for a seed,
@@ -660,7 +514,7 @@ def test_learns_inverted_pendulum_in_4k_steps(name, flags, tmp_path):
     episodes 94.9, 97.1, 92.1 (eager, seeds 1-3) and 87.5, 75.7 (twin --compile, seeds 1-2); 80-300 s per run on that
     loaded machine (20-50 steps/s), ~60 s of it compiling the twin (the file's only run of the script compiled by
     inductor)."""
-    _, last10 = learn(name, [*QUICK, *flags], tmp_path)
+    _, last10 = checks.learn(name, [*QUICK, *flags], tmp_path)
     assert last10 >= 40, last10
 
 
@@ -671,5 +525,5 @@ def test_balances_inverted_pendulum_within_30k_steps(name, flags, tmp_path):
     Bar: the last 10 episodes balance (mean episodic return >= 900 of 1000).
     Measured (seed 1, a 2-core CPU, one torch thread, two such runs side by side): eager 1000.0 over its last 10
     episodes, 424 s; twin --compile 1000.0, 547 s (compiling included)."""
-    line, last10 = learn(name, ["--learning-starts", "5000", "--total-timesteps", "30000", *flags], tmp_path)
+    line, last10 = checks.learn(name, ["--learning-starts", "5000", "--total-timesteps", "30000", *flags], tmp_path)
     assert last10 >= 900, last10
