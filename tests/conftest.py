@@ -169,6 +169,19 @@ class Preloaded:
 PRELOADED = Preloaded()
 
 
+def check_bad_input(name, args, flag, tmp_path):
+    """leanrl/<name>.py run with args stops with exit code 2 and one stderr line naming the flag, no traceback, no
+    results line, and writes nothing (no run folder) in tmp_path, where it runs."""
+    before = sorted(tmp_path.iterdir())
+    proc, lines = run_script(name, *args, tmp_path=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    stderr_lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(stderr_lines) == 1, proc.stderr
+    assert stderr_lines[0].startswith(f"{name}.py: error: ") and flag in stderr_lines[0], stderr_lines[0]
+    assert "Traceback" not in proc.stderr
+    assert lines == [] and sorted(tmp_path.iterdir()) == before, "a bad input writes no results line, no run folder"
+
+
 def strict_json(text):
     """json.loads that refuses NaN, Infinity and -Infinity, as strict parsers (and jq, and browsers) do."""
 

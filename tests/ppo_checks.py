@@ -9,6 +9,7 @@ import re
 from functools import partial
 from pathlib import Path
 
+import conftest
 import pytest
 import torch
 import tyro
@@ -497,15 +498,9 @@ def not_a_checkpoint_exits_2(pair, content, capsys, tmp_path):
 
 
 def check_bad_input(name, args, flag, tmp_path):
-    """The script run with args stops with exit code 2 and one stderr line naming the flag, no results line."""
-    (tmp_path / "a_file").write_text("")  # runs in tmp_path: the folder that --results-file a_file/... cannot be
-    proc, lines = run_script(name, *args, tmp_path=tmp_path, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    stderr_lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(stderr_lines) == 1, proc.stderr
-    assert stderr_lines[0].startswith(f"{name}.py: error: ") and flag in stderr_lines[0], stderr_lines[0]
-    assert "Traceback" not in proc.stderr
-    assert lines == [], "a bad input must not write a results line"
+    """conftest's check, with a file in tmp_path first: the folder that --results-file a_file/... cannot be."""
+    (tmp_path / "a_file").write_text("")
+    conftest.check_bad_input(name, args, flag, tmp_path)
 
 
 def twin_check_args_rejects_bad_input(pair, args, flag, capsys, tmp_path, monkeypatch):

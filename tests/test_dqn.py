@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 import tyro
-from conftest import assert_finite_results_line, assert_summary_matches, load_script, run_script
+from conftest import assert_finite_results_line, assert_summary_matches, check_bad_input, load_script, run_script
 
 EAGER, TWIN = "dqn", "dqn_torchcompile"
 SCRIPTS = [EAGER, TWIN]
@@ -536,16 +536,6 @@ BAD_INPUTS = [
     (["--exploration-fraction", "0"], "--exploration-fraction"),
     (["--learning-rate", "-1"], "--learning-rate"),
 ]
-
-
-def check_bad_input(name, args, flag, tmp_path):
-    proc, lines = run_script(name, *args, tmp_path=tmp_path, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    stderr_lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(stderr_lines) == 1, proc.stderr
-    assert stderr_lines[0].startswith(f"{name}.py: error: ") and flag in stderr_lines[0], stderr_lines[0]
-    assert "Traceback" not in proc.stderr
-    assert lines == [], "a bad input must not write a results line"
 
 
 # the whole command-line path for a few (a subprocess costs seconds); every case is checked in-process below

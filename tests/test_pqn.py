@@ -13,7 +13,14 @@ from unittest import mock
 import pytest
 import torch
 import tyro
-from conftest import assert_finite_results_line, assert_summary_matches, load_script, main_in_process, run_script
+from conftest import (
+    assert_finite_results_line,
+    assert_summary_matches,
+    check_bad_input,
+    load_script,
+    main_in_process,
+    run_script,
+)
 from gpu_standin import CONTRACTS, host_reads, run_main
 from reference import q_lambda_returns_reference, random_rollout
 from regression import PAIRS
@@ -317,15 +324,6 @@ BAD_INPUTS = [
     (["--q-lambda", "1.5"], "--q-lambda"),
     (["--gamma", "-0.1"], "--gamma"),
 ]
-
-
-def check_bad_input(name, args, flag, tmp_path):
-    proc, lines = run_script(name, *args, tmp_path=tmp_path, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    stderr_lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(stderr_lines) == 1, proc.stderr
-    assert stderr_lines[0].startswith(f"{name}.py: error: ") and flag in stderr_lines[0], stderr_lines[0]
-    assert lines == [] and not list(tmp_path.iterdir()), "a bad input writes no results line and no run folder"
 
 
 SUBPROCESS_CASES = [(EAGER, *BAD_INPUTS[0]), (EAGER, *BAD_INPUTS[4]), (TWIN, ["--cudagraphs"], "--cudagraphs")]
