@@ -564,7 +564,7 @@ def steady_brief(table, link, parts=()):
     for rows, _, text, where in parsed[1:]:
         date, commit, rounds = steady_measured(text)
         pairs = ", ".join(dict.fromkeys(steady_pair(row[0]) for row in rows if row[1] not in PEER_NAMES))
-        head.append(f"Rows of {pairs} re-measured {date} UTC at {commit}, {rounds} rounds ([table]({where})).")
+        head.append(f"{pairs}: re-measured {date} at {commit}, {rounds} rounds ([table]({where})).")
     rounds = steady_measured(table)[2]
     how = "one round" if rounds == 1 else f"{rounds} rounds: medians and the ratio's range"
     names = [PEER_NAMES[side] for side in present]

@@ -597,7 +597,7 @@ def test_a_remeasure_of_some_scripts_replaces_their_rows_in_the_cut_and_says_whe
         "| `a_torchcompile.py --compile` | 160 | 1.4x (0.5x–2x) | 4.1 |",
         "| `b.py` | 70 | 1.1x (0.5x–2x) | 4.1 |",
     ]
-    assert "Rows of a re-measured 2026-11-29 05:40 UTC at ccc3333, 3 rounds ([table](late.md))." in brief
+    assert "\na: re-measured 2026-11-29 05:40 at ccc3333, 3 rounds ([table](late.md)).\n" in brief
     assert brief.index("early.md") < brief.index("late.md") and "[theirs](w.md)" in brief
 
 
