@@ -33,9 +33,10 @@ network sizes) set equal to our script's flags and defaults (peer_argv_for: the 
 follow). TorchRL runs in each row with its compile option as ours (our eager
 script: compile.compile=False, a twin --compile: True); SB3 has none, so a twin's row takes its ratio to SB3 from the
 eager script's SB3 run of the same round. Both step a progress bar by hand (SB3's drivers once a rollout, TorchRL once
-a collected batch): the recorder stamps every update of the first bar (harness.stamp_first_bar), and the warm-up ends
-as the LeanRL peer's does; a stamp's CPU time adds the live child processes' (TorchRL's ParallelEnv workers). The
-table adds the ratio of the last --side to each peer.
+a collected batch, before training on it): the recorder stamps every update of the first bar (harness.stamp_first_bar),
+and the warm-up ends one stamp after the LeanRL peer's would, after the update of the batch where our burn-in ended
+(TorchRL compiles in PPO's first update); a stamp's CPU time adds the live child processes' (TorchRL's ParallelEnv
+workers). The table adds the ratio of the last --side to each peer.
 
 Output in --out: steady.md (the table, also printed) for this invocation, steady.jsonl (every measurement, with the
 machine and the commit of each side; appended) and steady_runs/ (each run's log, ticks.csv and results line).
@@ -244,10 +245,12 @@ def steps_burnin(ticks, burnin):
     return ticks[end - 1][0] if end <= len(ticks) else None
 
 
-def peer_burnin(ticks, steps):
+def peer_burnin(ticks, steps, before_update=False):
     """The peer's burn-in in ticks: up to the first tick at or past `steps` env steps, where our script's burn-in
-    ended; all the ticks and one more (no steady state) if none is."""
-    return next((k for k, (step, _, _) in enumerate(ticks, 1) if step >= steps), len(ticks) + 1)
+    ended (after its update); one tick more where the peer's tick comes `before_update` of the batch it ends (an SB3 or
+    TorchRL bar: TorchRL compiles in PPO's first update); all the ticks and one more (no steady state) if none is."""
+    reached = next((k for k, (step, _, _) in enumerate(ticks, 1) if step >= steps), len(ticks) + 1)
+    return min(reached + before_update, len(ticks) + 1)
 
 
 def schedule(labels, sides, rounds, absent=()):
@@ -527,7 +530,7 @@ def measure_peer(code, ticks, start, burnin_steps, warmup_s, log):
     if burnin_steps is None:
         record["status"] += ", but no burn-in to match: no run of our script with ticks in this round"
         return record
-    record["burnin"] = peer_burnin(rows, burnin_steps)
+    record["burnin"] = peer_burnin(rows, burnin_steps, before_update=header["source"] == "bar")
     figures = steady_state(rows, start, record["burnin"], warmup_s)
     record.update(figures or {})
     if figures is None:

@@ -169,6 +169,9 @@ def test_the_peers_stamps_count_env_steps_and_its_warm_up_ends_at_the_step_ours_
     assert figures["sps_wall"] == pytest.approx(1000.0) and figures["sps_cpu"] == pytest.approx(2000.0)
     assert figures["warmup_s"] == pytest.approx(2.8) and figures["iter_s_median"] == pytest.approx(0.1)
     assert steady.peer_burnin(peer, 2001) == 21 and steady.steady_state(peer, 0.0, 21) is None  # never got there
+    # an SB3 or TorchRL bar is stamped before its batch's update, our burn-in ends after one: one stamp more
+    assert steady.peer_burnin(peer, 750, before_update=True) == 9 and steady.peer_burnin(peer, 800, True) == 9
+    assert steady.peer_burnin(peer, 2000, before_update=True) == 21  # the last stamp: no steady state
 
 
 def test_the_peer_runs_our_flags_less_those_its_args_lack(tmp_path):
@@ -445,18 +448,18 @@ def test_sb3_and_torchrl_are_timed_by_their_progress_bars_torchrl_compiled_in_th
         (twin, "torchrl", "ok"),  # SB3 has no compile option: run once a pair
     ]
     by = {(r["label"], r["side"]): r for r in records}
-    # SB3's driver with our work per env step; its stamps every step (train_freq 1), timed from our burn-in's step 20
+    # SB3's driver with our work per env step; its stamps every step (train_freq 1), timed from the one after step 20
     settings = json.loads((tmp_path / "sb3_settings.json").read_text())
     assert settings["batch_size"] == 256 and settings["learning_starts"] == 10 and settings["train_freq"] == 1
     assert settings["gradient_steps"] == 1 and settings["policy_kwargs"] == {"net_arch": [256, 256]}
-    sb3 = by[eager, "sb3"]
-    assert sb3["source"] == "bar" and sb3["burnin"] == 20 and sb3["steady_steps"] == 30 and sb3["steps"] == 50
+    sb3 = by[eager, "sb3"]  # from the stamp after step 20's: its update comes after the stamp
+    assert sb3["source"] == "bar" and sb3["burnin"] == 21 and sb3["steady_steps"] == 29 and sb3["steps"] == 50
     # TorchRL: stamped by batch (10 frames), the bar of the run's frames (not a bar stepped before it), compile.compile
     # as ours in each row
     for label, compiled in [(eager, "False"), (twin, "True")]:
         run = by[label, "torchrl"]
         assert f"compile.compile={compiled}" in run["argv"] and "collector.init_random_frames=10" in run["argv"]
-        assert run["burnin"] == 2 and run["steady_iterations"] == 3 and run["steady_steps"] == 30, run
+        assert run["burnin"] == 3 and run["steady_iterations"] == 2 and run["steady_steps"] == 20, run
         assert 0.015 < run["iter_s_median"] < 0.2
     table = (out / "steady.md").read_text()
     assert table == capsys.readouterr().out
