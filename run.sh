@@ -13,7 +13,8 @@
 #                            (LeanRL has no dqn_atari_envpool or r2d2_atari_envpool: those rows are ours alone);
 #                            --peers VENV adds SB3 and TorchRL's sota-implementations (a venv made by
 #                            benchmarks/peers/install.sh VENV) as two more sides for the pairs they share (SAC, TD3,
-#                            PPO continuous, DQN), TorchRL with its compile option as ours, and the ratios ours/each
+#                            PPO continuous, DQN, PPO and DQN on Atari), TorchRL with its compile option as ours, and
+#                            the ratios ours/each
 # Options: --only "PAIR ..."   --seeds "1 2"   --timesteps N (replaces every run's --total-timesteps)
 #          --extra "FLAGS" (added to every run)   --results-dir DIR (default: a new folder for each invocation,
 #          runs/speed-<UTC time>, runs/learning-..., runs/steady-...: its tables hold exactly this command's runs;

@@ -27,13 +27,16 @@ the flags their Args lack. The table adds the ratio of the last --side to the pe
 --peer-sb3 VENV and --peer-torchrl VENV add the peers most PyTorch users run instead, each a side after ours in each
 round, run by VENV/bin/python (benchmarks/peers/install.sh VENV: stable-baselines3 and torchrl pinned, the same torch):
 SB3 through a driver per algorithm (benchmarks/peers/sb3_<algo>.py), TorchRL through its own sota-implementations
-(VENV/torchrl-sota/<algo>/, hydra overrides), for the pairs they share (SAC, TD3, PPO continuous, DQN CartPole); the
-work per env step (batch, updates per step, network sizes) set equal to our script's flags and defaults (peer_argv_for:
-the table names the flags a peer cannot follow). TorchRL runs in each row with its compile option as ours (our eager
+(VENV/torchrl-sota/<algo>/, hydra overrides), for the pairs they share (SAC, TD3, PPO continuous, DQN CartPole, PPO
+and DQN on Atari: gymnasium's ALE/<game> beside our envpool <game>); the work per env step (batch, updates per step,
+network sizes) set equal to our script's flags and defaults (peer_argv_for: the table names the flags a peer cannot
+follow). TorchRL runs in each row with its compile option as ours (our eager
 script: compile.compile=False, a twin --compile: True); SB3 has none, so a twin's row takes its ratio to SB3 from the
 eager script's SB3 run of the same round. Both step a progress bar by hand (SB3's drivers once a rollout, TorchRL once
-a collected batch): the recorder stamps every update of the first bar (harness.stamp_first_bar), and the warm-up ends
-as the LeanRL peer's does. The table adds the ratio of the last --side to each peer.
+a collected batch, before training on it): the recorder stamps every update of the first bar (harness.stamp_first_bar),
+and the warm-up ends one stamp after the LeanRL peer's would, after the update of the batch where our burn-in ended
+(TorchRL compiles in PPO's first update); a stamp's CPU time adds the live child processes' (TorchRL's ParallelEnv
+workers). The table adds the ratio of the last --side to each peer.
 
 Output in --out: steady.md (the table, also printed) for this invocation, steady.jsonl (every measurement, with the
 machine and the commit of each side; appended) and steady_runs/ (each run's log, ticks.csv and results line).
@@ -69,6 +72,7 @@ SB3, TORCHRL = "sb3", "torchrl"  # the sides of --peer-sb3 and --peer-torchrl
 VENV_FOLDER = "<peers venv>"  # their venv in the command that measured them
 PACKAGES = {SB3: ("stable-baselines3",), TORCHRL: ("torchrl", "tensordict")}  # stamped by their installed versions
 TORCHRL_FRAMES = 200  # frames per collected batch of TorchRL's off-policy scripts (their default 1,000): see below
+TORCHRL_FRAME_SKIP = 4  # TorchRL's Atari scripts take frame counts in emulator frames and divide them by 4
 
 # ---------------------------------------------------------------- inside the measured process
 
@@ -152,8 +156,24 @@ def stamp_bar(harness, ticks_file):
 
     header, rows = {"source": "bar", "steps_per_item": 1}, []
     total = int(os.environ.pop(BAR_TOTAL)) if os.environ.get(BAR_TOTAL) else None  # the bar of the run's frames
-    harness.stamp_first_bar(lambda done, now: rows.append((done, now, cpu_time())), total)
+    harness.stamp_first_bar(lambda done, now: rows.append((done, now, cpu_time() + descendants_cpu_time())), total)
     atexit.register(lambda: write_ticks(ticks_file, header, rows))
+
+
+def descendants_cpu_time():
+    """CPU seconds of this process's live descendants (TorchRL's ParallelEnv workers step the envs in processes of
+    their own): getrusage counts a child only once it has been waited for, mostly at the end of the run."""
+    tick, total, todo = os.sysconf("SC_CLK_TCK"), 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                todo += map(int, Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+            if pid != os.getpid():  # utime, stime, and those of its children it waited for: fields 14 to 17
+                total += sum(map(int, Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[11:15])) / tick
+        except (OSError, ValueError):  # gone meanwhile (then counted by getrusage once waited for), or no /proc
+            continue
+    return total
 
 
 def steps_per_item(args):
@@ -225,10 +245,12 @@ def steps_burnin(ticks, burnin):
     return ticks[end - 1][0] if end <= len(ticks) else None
 
 
-def peer_burnin(ticks, steps):
+def peer_burnin(ticks, steps, before_update=False):
     """The peer's burn-in in ticks: up to the first tick at or past `steps` env steps, where our script's burn-in
-    ended; all the ticks and one more (no steady state) if none is."""
-    return next((k for k, (step, _, _) in enumerate(ticks, 1) if step >= steps), len(ticks) + 1)
+    ended (after its update); one tick more where the peer's tick comes `before_update` of the batch it ends (an SB3 or
+    TorchRL bar: TorchRL compiles in PPO's first update); all the ticks and one more (no steady state) if none is."""
+    reached = next((k for k, (step, _, _) in enumerate(ticks, 1) if step >= steps), len(ticks) + 1)
+    return min(reached + before_update, len(ticks) + 1)
 
 
 def schedule(labels, sides, rounds, absent=()):
@@ -295,7 +317,25 @@ SB3_DRIVERS = {  # our pair: the SB3 driver, and our flags it follows
         {"env_id", "total_timesteps", "num_steps", "num_minibatches", "update_epochs"},
     ),
     "dqn": ("sb3_dqn.py", {"env_id", "total_timesteps", "learning_starts"}),
+    "ppo_atari_envpool": (
+        "sb3_ppo_atari.py",
+        {"env_id", "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"},
+    ),
+    "dqn_atari_envpool": (
+        "sb3_dqn_atari.py",
+        {
+            "env_id",
+            "total_timesteps",
+            "learning_starts",
+            "num_envs",
+            "buffer_size",
+            "batch_size",
+            "train_frequency",
+            "target_network_frequency",
+        },
+    ),
 }
+ALE_PAIRS = ("ppo_atari_envpool", "dqn_atari_envpool")  # our envpool game Breakout-v5 is gymnasium's ALE/Breakout-v5
 
 
 def peer_argv_for(peer, argv, script):
@@ -304,9 +344,12 @@ def peer_argv_for(peer, argv, script):
     algorithm. Every value that sets the work per env step comes from our run: SB3's drivers hold our defaults
     (benchmarks/peers/), TorchRL's scripts get theirs as hydra overrides. TorchRL's off-policy scripts collect
     TORCHRL_FRAMES frames, then run that many updates (utd_ratio 1: one update of a 256 batch per env step, as ours),
-    so that our budgets give them a dozen stamps after our burn-in (their 1,000 would give two)."""
+    so that our budgets give them a dozen stamps after our burn-in (their 1,000 would give two); their Atari scripts
+    take frame counts in emulator frames (TORCHRL_FRAME_SKIP a step), and their DQN the same batches."""
     pair = Path(script).stem.removesuffix("_torchcompile")
     values = script_values(argv, script)
+    if pair in ALE_PAIRS:
+        values["env_id"] = f"ALE/{values['env_id']}"
     given = {word[2:].partition("=")[0].replace("-", "_") for word in argv[1:] if word.startswith("--")}
     given = {name[3:] if name.startswith("no_") and name[3:] in values else name for name in given} - NEUTRAL
     if peer == SB3:
@@ -354,15 +397,41 @@ def peer_argv_for(peer, argv, script):
                  f"collector.annealing_frames={int(values['exploration_fraction'] * total)}",
                  f"logger.test_interval={2 * total}"]  # fmt: skip
         return words + common, sorted(given - follows)
+    skip = TORCHRL_FRAME_SKIP
+    if pair == "ppo_atari_envpool":  # a negative test_interval: no evaluation (a positive one evaluates at batch 0)
+        follows = {"env_id", "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"}
+        frames = values["num_steps"] * values["num_envs"]
+        words = ["ppo/ppo_atari.py", f"env.env_name={env}", f"env.num_envs={values['num_envs']}",
+                 f"collector.total_frames={skip * total}", f"collector.frames_per_batch={skip * frames}",
+                 f"loss.mini_batch_size={skip * frames // values['num_minibatches']}",
+                 f"loss.ppo_epochs={values['update_epochs']}", f"logger.test_interval=-{skip}"]  # fmt: skip
+        return words + common, sorted(given - follows)
+    # DQN: batches of TORCHRL_FRAMES steps, train_frequency's share of updates each; random actions for our learning
+    # starts, but updates from a quarter of them (it compares the emulator frames collected with init_random_frames /
+    # 4), which our burn-in covers
+    if pair == "dqn_atari_envpool":
+        freq = values["train_frequency"]
+        follows = {"env_id", "total_timesteps", "learning_starts", "batch_size", "buffer_size", "train_frequency",
+                   "target_network_frequency", "exploration_fraction"}  # fmt: skip
+        words = ["dqn/dqn_atari.py", f"env.env_name={env}", f"collector.total_frames={skip * total}",
+                 f"collector.init_random_frames={skip * values['learning_starts']}",
+                 f"collector.frames_per_batch={skip * TORCHRL_FRAMES}", f"loss.num_updates={TORCHRL_FRAMES // freq}",
+                 f"loss.hard_update_freq={values['target_network_frequency'] // freq}",
+                 f"buffer.batch_size={values['batch_size']}", f"buffer.buffer_size={values['buffer_size']}",
+                 f"collector.annealing_frames={skip * int(values['exploration_fraction'] * total)}",
+                 f"logger.test_interval={2 * skip * total}"]  # fmt: skip
+        return words + common, sorted(given - follows)
     return None
 
 
 def bar_total(argv):
     """The total of the bar to stamp in an SB3 or TorchRL peer's command: the one counting the run's env steps (SB3's
-    --total-timesteps, TorchRL's collector.total_frames override); None where the command names neither."""
+    --total-timesteps, TorchRL's collector.total_frames override, in emulator frames for Atari); None where the
+    command names neither."""
     if "--total-timesteps" in argv:
         return int(argv[argv.index("--total-timesteps") + 1])
-    return next((int(w.split("=")[1]) for w in argv if w.startswith("collector.total_frames=")), None)
+    frames = next((int(w.split("=")[1]) for w in argv if w.startswith("collector.total_frames=")), None)
+    return frames // TORCHRL_FRAME_SKIP if frames is not None and argv[0].endswith("_atari.py") else frames
 
 
 def peer_versions(venv):
@@ -461,7 +530,7 @@ def measure_peer(code, ticks, start, burnin_steps, warmup_s, log):
     if burnin_steps is None:
         record["status"] += ", but no burn-in to match: no run of our script with ticks in this round"
         return record
-    record["burnin"] = peer_burnin(rows, burnin_steps)
+    record["burnin"] = peer_burnin(rows, burnin_steps, before_update=header["source"] == "bar")
     figures = steady_state(rows, start, record["burnin"], warmup_s)
     record.update(figures or {})
     if figures is None:

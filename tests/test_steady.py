@@ -3,7 +3,9 @@ the tick recorder and the results-line fallback on stand-in checkouts, bad input
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -167,6 +169,9 @@ def test_the_peers_stamps_count_env_steps_and_its_warm_up_ends_at_the_step_ours_
     assert figures["sps_wall"] == pytest.approx(1000.0) and figures["sps_cpu"] == pytest.approx(2000.0)
     assert figures["warmup_s"] == pytest.approx(2.8) and figures["iter_s_median"] == pytest.approx(0.1)
     assert steady.peer_burnin(peer, 2001) == 21 and steady.steady_state(peer, 0.0, 21) is None  # never got there
+    # an SB3 or TorchRL bar is stamped before its batch's update, our burn-in ends after one: one stamp more
+    assert steady.peer_burnin(peer, 750, before_update=True) == 9 and steady.peer_burnin(peer, 800, True) == 9
+    assert steady.peer_burnin(peer, 2000, before_update=True) == 21  # the last stamp: no steady state
 
 
 def test_the_peer_runs_our_flags_less_those_its_args_lack(tmp_path):
@@ -443,18 +448,18 @@ def test_sb3_and_torchrl_are_timed_by_their_progress_bars_torchrl_compiled_in_th
         (twin, "torchrl", "ok"),  # SB3 has no compile option: run once a pair
     ]
     by = {(r["label"], r["side"]): r for r in records}
-    # SB3's driver with our work per env step; its stamps every step (train_freq 1), timed from our burn-in's step 20
+    # SB3's driver with our work per env step; its stamps every step (train_freq 1), timed from the one after step 20
     settings = json.loads((tmp_path / "sb3_settings.json").read_text())
     assert settings["batch_size"] == 256 and settings["learning_starts"] == 10 and settings["train_freq"] == 1
     assert settings["gradient_steps"] == 1 and settings["policy_kwargs"] == {"net_arch": [256, 256]}
-    sb3 = by[eager, "sb3"]
-    assert sb3["source"] == "bar" and sb3["burnin"] == 20 and sb3["steady_steps"] == 30 and sb3["steps"] == 50
+    sb3 = by[eager, "sb3"]  # from the stamp after step 20's: its update comes after the stamp
+    assert sb3["source"] == "bar" and sb3["burnin"] == 21 and sb3["steady_steps"] == 29 and sb3["steps"] == 50
     # TorchRL: stamped by batch (10 frames), the bar of the run's frames (not a bar stepped before it), compile.compile
     # as ours in each row
     for label, compiled in [(eager, "False"), (twin, "True")]:
         run = by[label, "torchrl"]
         assert f"compile.compile={compiled}" in run["argv"] and "collector.init_random_frames=10" in run["argv"]
-        assert run["burnin"] == 2 and run["steady_iterations"] == 3 and run["steady_steps"] == 30, run
+        assert run["burnin"] == 3 and run["steady_iterations"] == 2 and run["steady_steps"] == 20, run
         assert 0.015 < run["iter_s_median"] < 0.2
     table = (out / "steady.md").read_text()
     assert table == capsys.readouterr().out
@@ -467,3 +472,173 @@ def test_sb3_and_torchrl_are_timed_by_their_progress_bars_torchrl_compiled_in_th
     # the twin's ratio to SB3 is paired with the eager script's SB3 run: the ratio of their steps per CPU-second
     assert cells[8] == steady.ratio(by[twin, "new"]["sps_cpu"] / sb3["sps_cpu"])
     assert cells[10] == steady.ratio(by[twin, "new"]["sps_cpu"] / by[twin, "torchrl"]["sps_cpu"])
+
+
+# ---------------------------------------------------------------- PPO and DQN on Atari beside SB3 and TorchRL
+
+PPO_ATARI = ["leanrl/ppo_atari_envpool.py", "--total-timesteps", "12288", "--measure-burnin", "1"]  # run.sh --steady
+DQN_ATARI = ["leanrl/dqn_atari_envpool.py", "--total-timesteps", "4000", "--learning-starts", "1000", "--buffer-size",
+             "10000", "--measure-burnin", "1100"]  # fmt: skip
+
+
+def test_torchrls_atari_scripts_get_our_work_per_env_step_in_emulator_frames():
+    """TorchRL's Atari scripts divide their frame counts by 4 (frame skip): each override is our steps x 4."""
+    words, left_out = steady.peer_argv_for("torchrl", PPO_ATARI, ROOT / PPO_ATARI[0])
+    assert words[0] == "ppo/ppo_atari.py" and left_out == []
+    # 8 envs x 128 steps a batch, 4 minibatches of 256 steps, 4 epochs; no evaluation (a positive interval evaluates
+    # at batch 0, inside the timing)
+    for override in ["env.env_name=ALE/Breakout-v5", "env.num_envs=8", "collector.total_frames=49152",
+                     "collector.frames_per_batch=4096", "loss.mini_batch_size=1024", "loss.ppo_epochs=4",
+                     "logger.test_interval=-4", "logger.backend=", "compile.compile=False"]:  # fmt: skip
+        assert override in words, override
+    assert steady.bar_total(words) == 12288  # its bar counts steps: the one of the run's 12,288
+    twin = ["leanrl/ppo_atari_envpool_torchcompile.py", *PPO_ATARI[1:], "--num-envs", "4", "--compile"]
+    words, left_out = steady.peer_argv_for("torchrl", twin, ROOT / twin[0])
+    assert {"env.num_envs=4", "collector.frames_per_batch=2048", "loss.mini_batch_size=512"} <= set(words)
+    assert "compile.compile=True" in words and left_out == []
+    # DQN: batches of TORCHRL_FRAMES steps with one update every 4 of them, the target every 1,000 steps in updates
+    words, left_out = steady.peer_argv_for("torchrl", DQN_ATARI, ROOT / DQN_ATARI[0])
+    assert words[0] == "dqn/dqn_atari.py" and left_out == []
+    for override in ["env.env_name=ALE/Breakout-v5", "collector.total_frames=16000",
+                     "collector.init_random_frames=4000", f"collector.frames_per_batch={4 * steady.TORCHRL_FRAMES}",
+                     f"loss.num_updates={steady.TORCHRL_FRAMES // 4}", "loss.hard_update_freq=250",
+                     "buffer.batch_size=32", "buffer.buffer_size=10000",
+                     "collector.annealing_frames=1600"]:  # fmt: skip
+        assert override in words, override
+    interval = next(int(w.split("=")[1]) for w in words if w.startswith("logger.test_interval="))
+    assert interval > 4 * 4000 and steady.bar_total(words) == 4000  # no evaluation in the run
+    words, left_out = steady.peer_argv_for("torchrl", [*DQN_ATARI, "--num-envs", "2"], ROOT / DQN_ATARI[0])
+    assert left_out == ["num_envs"]  # its script steps one env
+
+
+def test_sb3s_atari_drivers_get_our_sizes():
+    words, left_out = steady.peer_argv_for("sb3", [*PPO_ATARI, "--num-steps", "64"], ROOT / PPO_ATARI[0])
+    assert words == ["benchmarks/peers/sb3_ppo_atari.py", "--env-id", "ALE/Breakout-v5", "--total-timesteps", "12288",
+                     "--seed", "1", "--num-steps", "64"] and left_out == []  # fmt: skip
+    words, left_out = steady.peer_argv_for("sb3", [*DQN_ATARI, "--gamma", "0.9"], ROOT / DQN_ATARI[0])
+    assert words == ["benchmarks/peers/sb3_dqn_atari.py", "--env-id", "ALE/Breakout-v5", "--total-timesteps", "4000",
+                     "--seed", "1", "--learning-starts", "1000", "--buffer-size", "10000"]  # fmt: skip
+    assert left_out == ["gamma"]
+
+
+SB3_ATARI_STUB = """
+import json, os, sys
+
+
+class BaseCallback:
+    pass
+
+
+class Model:
+    def __init__(self, policy, env, **settings):
+        record = dict(settings, policy=policy, env=env, model=type(self).__name__)
+        record["learning_rate"] = settings["learning_rate"](1.0) if callable(settings["learning_rate"]) else None
+        record.pop("policy_kwargs", None)
+        with open(os.path.join(os.environ["STUB_OUT"], type(self).__name__ + ".json"), "w") as f:
+            json.dump(record, f)
+
+    def learn(self, total_timesteps, callback):
+        pass
+
+
+class PPO(Model):
+    pass
+
+
+class DQN(Model):
+    pass
+
+
+def make_atari_env(env_id, n_envs, seed, env_kwargs):
+    return dict(env_id=env_id, n_envs=n_envs, env_kwargs=env_kwargs)
+
+
+def VecFrameStack(env, n_stack):
+    return dict(env, n_stack=n_stack)
+"""
+
+
+def stand_in_sb3(tmp_path):
+    """A stand-in stable_baselines3 (and ale_py) whose PPO and DQN write the settings a driver gives them."""
+    site = tmp_path / "site"
+    for module in ("callbacks", "env_util", "vec_env"):
+        (site / "stable_baselines3" / "common").mkdir(parents=True, exist_ok=True)
+        (site / "stable_baselines3" / "common" / f"{module}.py").write_text("from stable_baselines3 import *\n")
+    (site / "stable_baselines3" / "__init__.py").write_text(SB3_ATARI_STUB)
+    (site / "ale_py.py").write_text("")
+    return site
+
+
+@pytest.mark.parametrize("run", [PPO_ATARI, DQN_ATARI], ids=["ppo", "dqn"])
+def test_sb3s_atari_drivers_build_the_model_with_our_values(tmp_path, run):
+    """The driver of each Atari pair, run with the planned command on a stand-in SB3: its model's rollout, batch,
+    epochs, replay, train frequency and target period are our script's (its Args defaults and the run's flags)."""
+    ours = steady.script_values(run, ROOT / run[0])
+    words, _ = steady.peer_argv_for("sb3", run, ROOT / run[0])
+    path = os.pathsep.join([str(stand_in_sb3(tmp_path)), str(ROOT / "benchmarks" / "peers")])
+    env = dict(os.environ, PYTHONPATH=path, STUB_OUT=str(tmp_path))
+    subprocess.run([sys.executable, str(ROOT / words[0]), *words[1:]], env=env, check=True, timeout=120)
+    model = "PPO" if "ppo" in run[0] else "DQN"
+    s = json.loads((tmp_path / f"{model}.json").read_text())
+    assert s["policy"] == "CnnPolicy" and s["env"]["env_id"] == "ALE/Breakout-v5" and s["env"]["n_stack"] == 4
+    assert s["env"]["env_kwargs"] == {"frameskip": 1, "repeat_action_probability": 0.0}  # the wrapper skips 4
+    assert s["env"]["n_envs"] == ours["num_envs"]
+    if model == "PPO":
+        assert (s["n_steps"], s["n_epochs"]) == (ours["num_steps"], ours["update_epochs"]) == (128, 4)
+        assert s["batch_size"] == ours["num_envs"] * ours["num_steps"] // ours["num_minibatches"] == 256
+        assert (s["clip_range"], s["clip_range_vf"], s["ent_coef"]) == (ours["clip_coef"],) * 2 + (ours["ent_coef"],)
+        assert s["learning_rate"] == ours["learning_rate"]  # annealed from it
+    else:
+        assert (s["buffer_size"], s["learning_starts"], s["batch_size"]) == (10000, 1000, ours["batch_size"])
+        assert (s["train_freq"], ours["train_frequency"], s["target_update_interval"]) == (4, 4, 1000)
+        assert ours["target_network_frequency"] == 1000
+        assert s["gradient_steps"] == 1 and s["learning_rate"] is None  # a constant rate: ours
+        assert (s["exploration_fraction"], s["exploration_final_eps"]) == (ours["exploration_fraction"], ours["end_e"])
+
+
+def peers_venv():
+    """The peers' venv (benchmarks/peers/install.sh ../peers-venv, as its README does) or $LEANRL_PEERS, if it has
+    SB3 and ale-py: None in CI."""
+    python = Path(os.environ.get("LEANRL_PEERS") or ROOT.parent / "peers-venv") / "bin" / "python"
+    if not python.is_file():
+        return None
+    found = subprocess.run([str(python), "-c", "import ale_py, cv2, stable_baselines3"], capture_output=True)
+    return python if found.returncode == 0 else None
+
+
+@pytest.mark.skipif(peers_venv() is None, reason="no peers' venv with SB3 and ale-py (benchmarks/peers/install.sh)")
+def test_the_real_sb3_models_of_the_atari_drivers_have_our_sizes(tmp_path):
+    """The drivers on the real SB3 and ALE, their models built and not trained (about 40 s of one core): SB3's own
+    attributes hold our rollout, minibatch, epochs, replay, train frequency and target period, on 4-frame stacks."""
+    code = """import json, runpy, sys
+import sb3_common
+
+def built(model, total):
+    m, env = model, model.get_env()
+    print(json.dumps(dict(model=type(m).__name__, n_envs=env.num_envs, obs=list(env.observation_space.shape),
+        n_steps=getattr(m, "n_steps", None), batch_size=m.batch_size, n_epochs=getattr(m, "n_epochs", None),
+        buffer_size=getattr(m, "buffer_size", None), learning_starts=getattr(m, "learning_starts", None),
+        train_freq=getattr(getattr(m, "train_freq", None), "frequency", None),
+        target=getattr(m, "target_update_interval", None))))
+
+sb3_common.learn = built
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+    found = {}
+    for run in (PPO_ATARI, DQN_ATARI):
+        words, _ = steady.peer_argv_for("sb3", run, ROOT / run[0])
+        cmd = [str(peers_venv()), "-c", code, str(ROOT / words[0]), *words[1:]]
+        env = dict(os.environ, PYTHONPATH="")  # the peers' packages alone
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=300, cwd=ROOT / "benchmarks" / "peers", env=env
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        record = json.loads(proc.stdout.splitlines()[-1])
+        found[record["model"]] = record
+    assert found["PPO"]["n_envs"] == 8 and found["PPO"]["obs"] == [4, 84, 84]  # channels first (VecTransposeImage)
+    assert (found["PPO"]["n_steps"], found["PPO"]["batch_size"], found["PPO"]["n_epochs"]) == (128, 256, 4)
+    assert found["DQN"]["n_envs"] == 1 and found["DQN"]["obs"] == [4, 84, 84]
+    dqn = found["DQN"]
+    assert (dqn["buffer_size"], dqn["batch_size"], dqn["learning_starts"], dqn["train_freq"], dqn["target"]) == (
+        10000, 32, 1000, 4, 1000)  # fmt: skip

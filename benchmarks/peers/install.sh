@@ -5,7 +5,8 @@
 #   benchmarks/peers/install.sh --offline WHEELS DIR    (no package index: from the wheels of wheels.txt in WHEELS)
 #
 # DIR becomes a venv with stable-baselines3 2.9.2, torchrl 0.14.1 and tensordict 0.14.3 (torchrl 0.14 needs
-# tensordict < 0.15; ours has 0.15), hydra-core for TorchRL's scripts (benchmarks/peers/requirements.txt). Its torch,
+# tensordict < 0.15; ours has 0.15), hydra-core for TorchRL's scripts, ale-py and OpenCV for Atari
+# (benchmarks/peers/requirements.txt), and torchvision for TorchRL's Atari scripts (below). Its torch,
 # gymnasium, mujoco and numpy are the ones of the python3 that runs this command (the project's venv): a .pth line
 # puts that python's site-packages after the venv's own, so both sides run the very same torch build and env code
 # and nothing is downloaded twice. TorchRL's sota-implementations (sac, td3, ppo, dqn) are the .py files of the
@@ -44,6 +45,13 @@ else
   site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$base" >"$site/project_site.pth"  # torch, gymnasium, mujoco, numpy: the project venv's
   "$dir/bin/python" -m pip install -r "$here/requirements.txt"
+  # TorchRL's Atari scripts resize frames with torchvision, built against one torch: the release made with the
+  # project's torch 2.13, from the index that torch came from (a CPU build, +cpu, is PyTorch's; PyPI's is CUDA's)
+  index=()
+  case $($py -c 'import torch; print(torch.__version__)') in
+    *+cpu) index=(--index-url https://download.pytorch.org/whl/cpu) ;;
+  esac
+  "$dir/bin/python" -m pip install "${index[@]}" torchvision==0.28.0
   run=("$dir/bin/python")
 fi
 
@@ -54,8 +62,9 @@ for algo in sac td3 ppo dqn; do
 done
 cp "$here/torchrl_configs/LICENSE" "$dir/torchrl-sota/"
 "${run[@]}" - <<'PY'
-import gymnasium, stable_baselines3, tensordict, torch, torchrl
+import ale_py, cv2, gymnasium, stable_baselines3, tensordict, torch, torchrl
 
 print(f"peers: torch {torch.__version__}, gymnasium {gymnasium.__version__}, stable-baselines3 "
-      f"{stable_baselines3.__version__}, torchrl {torchrl.__version__}, tensordict {tensordict.__version__}")
+      f"{stable_baselines3.__version__}, torchrl {torchrl.__version__}, tensordict {tensordict.__version__}, "
+      f"ale-py {ale_py.__version__}, opencv {cv2.__version__}")
 PY

@@ -42,5 +42,20 @@ class Progress(BaseCallback):
         self.bar.close()
 
 
+def atari_env(env_id, n_envs, seed):
+    """gymnasium's ALE game `env_id` (ALE/Breakout-v5) in SB3's Atari pipeline, as envpool's Breakout-v5 that ours
+    run: AtariWrapper (up to 30 no-ops, fire on reset, frame skip 4 with max-pooling, a lost life ends the training
+    episode, 84 x 84 grey, rewards clipped) and 4 stacked frames. ALE's own frame skip and sticky actions off (v5
+    defaults: 4 and 0.25; envpool's: none), so that the wrapper's skip is the only one."""
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    ale = dict(frameskip=1, repeat_action_probability=0.0)
+    return VecFrameStack(make_atari_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=ale), n_stack=4)
+
+
 def learn(model, total_timesteps):
     model.learn(total_timesteps, callback=Progress())
