@@ -620,13 +620,63 @@ def label_of(argv):
     return " ".join([Path(argv[0]).name, *(a for a in argv[1:] if a in ("--compile", "--cudagraphs"))])
 
 
+def retime(folder):
+    """Re-derive the SB3 and TorchRL runs' figures of a finished invocation (--out FOLDER) from their stamps with this
+    file's rules, and rewrite its steady.md table and steady.jsonl: for a table measured before a rule changed. Our
+    runs and LeanRL's keep their figures (their windows are their burn-ins). Returns the records."""
+    records = [json.loads(line) for line in (folder / "steady.jsonl").read_text().splitlines() if line.strip()]
+    for record in records:
+        if record["side"] not in (SB3, TORCHRL) or not record.get("ticks") or record.get("warmup_s") is None:
+            continue  # not a bar peer's, or no window to move (its figures are none either way)
+        ticks = Path(record["ticks"])
+        if not ticks.exists():  # the folder moved: its own copy
+            ticks = folder / "steady_runs" / ticks.as_posix().split("/steady_runs/", 1)[1]
+        _, rows = read_ticks(ticks)
+        start = rows[record["burnin"] - 1][1] - record["warmup_s"]  # the process start, as the run measured it
+        record["burnin"] = peer_burnin(rows, record["burnin_steps"], before_update=record.get("source") == "bar")
+        record.update(steady_state(rows, start, record["burnin"], record.get("warmup_floor_s") or 0.0) or {})
+        record["retimed"] = True
+    sides = list(dict.fromkeys(record["side"] for record in records))
+    ours, peers = [s for s in sides if s not in (PEER, SB3, TORCHRL)], [s for s in (PEER, SB3, TORCHRL) if s in sides]
+    ratios = [(s, ours[0]) for s in ours[1:]] + [(ours[-1], peer) for peer in peers]
+    labels = list(dict.fromkeys(record["label"] for record in records))
+    ran = {(record["label"], record["side"]) for record in records}
+    pair = lambda label: Path(label.split()[0]).stem.removesuffix("_torchcompile")
+    shared, absent = {}, set()
+    for label in labels:
+        for side in peers:
+            if (label, side) in ran:
+                continue
+            other = [x for x in labels if (x, side) in ran and pair(x) == pair(label)] if side == SB3 else []
+            if other:
+                shared[label, side] = other[0]
+            else:
+                absent.add((label, side))
+    text = (folder / "steady.md").read_text()
+    head, rest = text.split("\n| run | side |", 1)
+    tail = rest.split("\n\n", 1)[1] if "\n\n" in rest else ""
+    note = ("The peers' windows (SB3, TorchRL) re-timed from their stamps by `benchmarks/steady.py --retime`: "
+            "they start one stamp after our burn-in's env step, after the update of that batch.")  # fmt: skip
+    head = "\n".join(line for line in head.splitlines() if line != note).rstrip("\n")  # once, however often re-timed
+    table_text = table(records, sides, ratios, absent, shared)
+    (folder / "steady.md").write_text(f"{head}\n\n{note}\n\n{table_text}\n" + (f"\n{tail}" if tail.strip() else ""))
+    (folder / "steady.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    return records
+
+
 def parse(argv, fail):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.error = fail  # one line, exit code 2
     parser.add_argument(
+        "--retime",
+        type=Path,
+        metavar="FOLDER",
+        help="instead of measuring: re-derive the SB3 and TorchRL figures of FOLDER (a finished --out) from their "
+        "stamps with this file's rules, and rewrite its steady.md and steady.jsonl",
+    )
+    parser.add_argument(
         "--run",
         action="append",
-        required=True,
         metavar="'SCRIPT FLAGS'",
         help="a script relative to each side's root, and its flags, as one string (repeatable)",
     )
@@ -667,6 +717,14 @@ def main(argv=None):
 
     fail = lambda message: bk.fail(__file__, message)
     args = parse(argv, fail)
+    if args.retime is not None:
+        if not (args.retime / "steady.jsonl").is_file() or not (args.retime / "steady.md").is_file():
+            fail(f"--retime {args.retime}: no steady.jsonl and steady.md there (a finished --out folder)")
+        retime(args.retime.resolve())
+        print((args.retime / "steady.md").read_text())
+        return 0
+    if not args.run:
+        fail("the following arguments are required: --run")
     if args.rounds < 1:
         fail(f"--rounds must be positive, got {args.rounds}")
     if args.warmup_s < 0:

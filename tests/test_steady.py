@@ -642,3 +642,38 @@ runpy.run_path(sys.argv[0], run_name="__main__")
     dqn = found["DQN"]
     assert (dqn["buffer_size"], dqn["batch_size"], dqn["learning_starts"], dqn["train_freq"], dqn["target"]) == (
         10000, 32, 1000, 4, 1000)  # fmt: skip
+
+
+def test_retime_starts_a_bar_peers_window_after_the_update_of_our_burn_in_batch(tmp_path):
+    """--retime on a finished folder: a TorchRL run whose first update after our burn-in's env step compiled (100 s
+    in the interval after that stamp) gets the window that leaves it out (steps/s from the later intervals: 2,000
+    steps in 2 s), and its warm-up takes it in; our run keeps its figures; steady.md gets the note once however
+    often it is re-timed, and its table the new figures. The old window read 3,000 steps in 103 s."""
+    runs = tmp_path / "steady_runs" / "x"
+    runs.mkdir(parents=True)
+    ours_ticks, peer_ticks = runs / "ours.csv", runs / "peer.csv"
+    # ours: a PPO iteration of 1,000 steps every second, burn-in 1 (ended at 1,000 steps, 1 s after the start)
+    steady.write_ticks(ours_ticks, {"source": "loop"}, [(1000 * k, 10.0 + k, 1.0 * k) for k in range(1, 5)])
+    # the peer's bar ticks after collecting, before training: 1,000 at 11 s, then its first update compiles (100 s)
+    peer_rows = [(1000, 11.0, 1.0), (2000, 112.0, 102.0), (3000, 113.0, 103.0), (4000, 114.0, 104.0)]
+    steady.write_ticks(peer_ticks, {"source": "bar", "steps_per_item": None}, peer_rows)
+    ours = dict(round=1, label="a.py", side="new", status="ok", burnin=1, burnin_steps=1000, ticks=str(ours_ticks),
+                **steady.steady_state(steady.read_ticks(ours_ticks)[1], 10.0, 1))  # fmt: skip
+    old_burnin = steady.peer_burnin(peer_rows, 1000)  # the rule before: the first stamp at our burn-in's steps
+    peer = dict(round=1, label="a.py", side="torchrl", status="ok", source="bar", burnin=old_burnin, burnin_steps=1000,
+                ticks=str(peer_ticks), **steady.steady_state(peer_rows, 10.0, old_burnin))  # fmt: skip
+    assert peer["sps_wall"] == pytest.approx(3000 / 103)  # what the first table said: the compile inside
+    (tmp_path / "steady.jsonl").write_text(json.dumps(ours) + "\n" + json.dumps(peer) + "\n")
+    head = "Measured on cpu; 2026-11-29 09:02 UTC; 1 interleaved round(s); by `cmd`.\nSides: new = abc.\n\nSteady.\n\n"
+    (tmp_path / "steady.md").write_text(head + steady.table([ours, peer], ["new", "torchrl"]) + "\n")
+    for _ in range(2):
+        assert steady.main(["--retime", str(tmp_path)]) == 0
+    records = [json.loads(line) for line in (tmp_path / "steady.jsonl").read_text().splitlines()]
+    assert records[0] == ours and records[1]["retimed"] and records[1]["sps_wall"] == pytest.approx(1000)
+    assert records[1]["warmup_s"] == pytest.approx(102.0)  # from the process start (10 s) to the 2,000-step stamp
+    text = (tmp_path / "steady.md").read_text()
+    assert text.count("re-timed from their stamps") == 1 and text.startswith(head.split("\n\n")[0])
+    assert "| `a.py` | torchrl | 1/1 | " in text and "| 1,000 |" in text.split("| `a.py` | torchrl |")[1].split("\n")[0]
+    with pytest.raises(SystemExit) as bad:  # not a finished folder: one line, exit code 2
+        steady.main(["--retime", str(tmp_path / "none")])
+    assert bad.value.code == 2
