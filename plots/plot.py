@@ -1022,9 +1022,15 @@ def time_to_score_brief(records, link):
 def time_to_score_markdown(records, anchors, images=""):
     """The table: per run, the minutes from launch to the target (or the last-100 mean where the deadline stopped
     it), the env steps then, the run's steps/s, and the published whole-run minutes of the same pair; the figure."""
+    on_cpu = all(rec["machine"]["device"] == "cpu" for rec in records)  # a CPU's runs: one core each, beside SB3
     out = [
-        "`benchmarks/time_to_score.sh`: minutes from launch (compile included) until the last-100-games mean reached "
-        "the target, else that mean at the stop; published: whole 10M-step runs (`plots/published_time_to_score.csv`).",
+        "`benchmarks/time_to_score.py` (`--sb3 VENV`: SB3 at rl-baselines3-zoo's settings), one pinned core a run: "
+        "minutes from launch (cold compile included) until the last-100-games mean reached the target, else that mean "
+        "at the stop."
+        if on_cpu
+        else "`benchmarks/time_to_score.sh`: minutes from launch (compile included) until the last-100-games mean "
+        "reached the target, else that mean at the stop; published: whole 10M-step runs "
+        "(`plots/published_time_to_score.csv`).",
         "",
         "| script | machine | minutes to the score | steps then | steps/s | published, min |",
         "|---|---|---|---|---|---|",
