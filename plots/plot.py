@@ -200,7 +200,7 @@ def provenance(rows, images="", name=""):
     if named:
         made += f" at commit{'s' if len(named) > 1 else ''} {', '.join(named)}"
     if "" in commits_of(rows):
-        made += (", and" if named else ",") + " runs at a commit not recorded (their results lines predate the field)"
+        made += (", and" if named else ",") + " runs from before commits were recorded"
     return made
 
 
@@ -303,9 +303,8 @@ def returns_markdown(tables, failures, published, images="", png="learning", par
         what = (
             "the cells as in the README's first returns table"
             if part
-            else "the mean episodic return of the last 100 episodes of each run, mean ± std over seeds (n = seeds; "
-            "then the wall time of one run). CleanRL: its published 3-seed figure for the same env and budget "
-            "(docs.cleanrl.dev, copied in `plots/published_returns.csv`)"
+            else "each run's mean return over its last 100 episodes, mean ± std over seeds (n; one run's wall time); "
+            "CleanRL: its published 3-seed figure, same env and budget (`plots/published_returns.csv`)"
         )
         command = provenance(rows, images, png.replace("learning", "returns") + ".md")
         out.append(f"Measured on **{hardware}** by {command}: {what}.\n")
@@ -559,8 +558,9 @@ def steady_brief(table, link, parts=()):
         for row in rows:
             if row[1] not in PEER_NAMES:
                 ratios = [(row[ratio_at[s]] if ratio_at.get(s, len(row)) < len(row) else "") or "—" for s in present]
-                ours[row[0]] = f"| {row[0]} | {median_of(row[3])} | " + " | ".join(ratios) + f" | {median_of(row[5])} |"
-    head = [line for line in table.strip().splitlines() if not line.startswith("|")][:2]
+                ratios = [re.sub(r"x([–)])", r"\1", ratio) for ratio in ratios]  # "1.2x (1.1x–1.3x)": "1.2x (1.1–1.3)"
+                ours[row[0]] = [steady_pair(row[0]), steady_run(row[0]), median_of(row[3]), *ratios, median_of(row[5])]
+    head = brief_head([line for line in table.strip().splitlines() if not line.startswith("|")][:2])
     for rows, _, text, where in parsed[1:]:
         date, commit, rounds = steady_measured(text)
         pairs = ", ".join(dict.fromkeys(steady_pair(row[0]) for row in rows if row[1] not in PEER_NAMES))
@@ -569,9 +569,27 @@ def steady_brief(table, link, parts=()):
     how = "one round" if rounds == 1 else f"{rounds} rounds: medians and the ratio's range"
     names = [PEER_NAMES[side] for side in present]
     out = [*head, "", f"Steps per CPU-second, ours and our ratio to {', '.join(names)}, {how} ([theirs]({link})).", ""]
-    out += ["| run | ours | " + " | ".join(f"ours / {n}" for n in names) + " | warm-up s |"]
-    out += ["|---" * (3 + len(names)) + "|"]
-    return "\n".join(out + list(ours.values())) + "\n"
+    out += ["| pair | run | ours | " + " | ".join(f"ours / {n}" for n in names) + " | warm-up s |"]
+    out += ["|---" * (4 + len(names)) + "|"]
+    pairs = [cells[0] for cells in ours.values()]
+    for i, cells in enumerate(ours.values()):  # a pair named once, on its first row
+        out.append("| " + " | ".join([f"`{cells[0]}`" if cells[0] not in pairs[:i] else "", *cells[1:]]) + " |")
+    return "\n".join(out) + "\n"
+
+
+def steady_run(label):
+    """A steady row's run in the README's cut: "eager" for a pair's eager script, else its twin's flags."""
+    flags = label.strip("`").split(".py")[-1].strip()
+    return "eager" if "_torchcompile" not in label else f"twin {flags}".strip()
+
+
+def brief_head(lines):
+    """The README's cut of a steady table's two head lines, shorter: no output folder in the command, and no torch
+    named again after a peer when it is the measurement's torch."""
+    torch = re.search(r"; torch ([^;]+);", lines[0])
+    lines = [re.sub(r" --results-dir \S+?`", "`", lines[0].replace("Measured on cpu; CPU ", "Measured on ")),
+             *lines[1:]]  # fmt: skip
+    return [line.replace(f" (torch {torch.group(1)})", "") if torch else line for line in lines]
 
 
 def publish_steady(table, results):

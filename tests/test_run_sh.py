@@ -539,31 +539,33 @@ def test_readme_steady_table_is_the_committed_harness_table():
     whole = (ROOT / "benchmarks" / "results" / "steady_cpu.md").read_text()
     parts = [(path.read_text(), f"benchmarks/results/{path.name}") for path in PUBLISHED_PARTS]
     assert block == plot.steady_brief(whole, "benchmarks/results/steady_cpu.md", parts).strip()
-    assert block.startswith("Measured on cpu; CPU ") and "./run.sh --steady" in block and "warm-up s" in block
+    assert block.startswith("Measured on ") and "./run.sh --steady" in block and "warm-up s" in block
     lines = whole.splitlines()
     columns = plot.cells_of(next(line for line in lines if line.startswith("| run | side |")))
     rows = {(cells[0], cells[1]): cells for cells in (plot.cells_of(line) for line in lines if line.startswith("| `"))}
-    brief_columns = plot.cells_of(next(line for line in block.splitlines() if line.startswith("| run |")))
+    brief_columns = plot.cells_of(next(line for line in block.splitlines() if line.startswith("| pair | run |")))
     peers = {name: side for side, name in plot.PEER_NAMES.items() if f"ours / {name}" in brief_columns}
     assert peers, "the committed table has no peer"
     median = plot.median_of
-    shown = []
-    for line in block.splitlines():
-        if not line.startswith("| `"):
-            continue
+    shown, pair, brief = [], None, block.splitlines()
+    for line in brief[next(i for i, text in enumerate(brief) if text.startswith("| pair |")) + 2 :]:
         cells = dict(zip(brief_columns, plot.cells_of(line)))
-        remeasured = [text for text, _ in parts if f"| {cells['run']} | new |" in text]  # its row replaces ours
+        pair = cells["pair"].strip("`") or pair  # a pair is named on its first row only
+        flags = cells["run"].removeprefix("twin")
+        label = f"`{pair}.py`" if cells["run"] == "eager" else f"`{pair}_torchcompile.py{flags}`"
+        remeasured = [text for text, _ in parts if f"| {label} | new |" in text]  # its row replaces ours
         if remeasured:
             part = remeasured[-1].splitlines()
             columns = plot.cells_of(next(line for line in part if line.startswith("| run | side |")))
-            ours = next(plot.cells_of(line) for line in part if line.startswith(f"| {cells['run']} | new |"))
+            ours = next(plot.cells_of(line) for line in part if line.startswith(f"| {label} | new |"))
         else:
             columns = plot.cells_of(next(line for line in lines if line.startswith("| run | side |")))
-            ours = rows[cells["run"], "new"]
-        shown.append(cells["run"])
+            ours = rows[label, "new"]
+        shown.append(label)
         assert cells["ours"] == median(ours[3]) and cells["warm-up s"] == median(ours[5])
-        for name, side in peers.items():
-            assert cells[f"ours / {name}"] == (ours[columns.index(f"new/{side}, CPU-s")] or "—")
+        for name, side in peers.items():  # the range without its x's: "1.2x (1.1–1.3)"
+            want = ours[columns.index(f"new/{side}, CPU-s")] or "—"
+            assert cells[f"ours / {name}"] == re.sub(r"x([–)])", r"\1", want)
     assert shown == [label for label, side in rows if side == "new"]  # every script of ours, in the table's order
 
 
@@ -591,11 +593,11 @@ def test_a_remeasure_of_some_scripts_replaces_their_rows_in_the_cut_and_says_whe
     early = steady_table(8, "bbb2222", ("a.py", "104", "0.95x"))
     late = steady_table(9, "ccc3333", ("a.py", "110", "1.05x"), ("a_torchcompile.py --compile", "160", "1.4x"))
     brief = plot.steady_brief(whole, "w.md", [(late, "late.md"), (early, "early.md")])  # given out of date order
-    rows = [line for line in brief.splitlines() if line.startswith("| `")]
+    rows = brief.splitlines()[-3:]
     assert rows == [
-        "| `a.py` | 110 | 1.05x (0.5x–2x) | 4.1 |",
-        "| `a_torchcompile.py --compile` | 160 | 1.4x (0.5x–2x) | 4.1 |",
-        "| `b.py` | 70 | 1.1x (0.5x–2x) | 4.1 |",
+        "| `a` | eager | 110 | 1.05x (0.5–2) | 4.1 |",
+        "|  | twin --compile | 160 | 1.4x (0.5–2) | 4.1 |",
+        "| `b` | eager | 70 | 1.1x (0.5–2) | 4.1 |",
     ]
     assert "\na: re-measured 2026-11-29 05:40 at ccc3333, 3 rounds ([table](late.md)).\n" in brief
     assert brief.index("early.md") < brief.index("late.md") and "[theirs](w.md)" in brief
@@ -623,6 +625,19 @@ def test_publishing_a_remeasure_puts_it_beside_the_whole_table_and_a_whole_one_r
     assert not list(results.glob("steady_cpu_*.md"))
 
 
+def test_the_steady_cut_head_drops_the_output_folder_and_a_peers_torch_when_it_is_ours():
+    """The README's cut of a steady table's head: the command without its --results-dir, and a peer's torch named only
+    where it differs from the measurement's; a cut that kept either, or dropped a different torch, fails."""
+    head = [
+        "Measured on cpu; CPU X; torch 2.13.0+cpu; 2026-11-29 05:40 UTC; by `./run.sh --steady --results-dir <dir>`.",
+        "Sides: new = abc, sb3 = stable-baselines3 2.9.2 (torch 2.13.0+cpu), torchrl = torchrl 0.14 (torch 2.12.0).",
+    ]
+    assert plot.brief_head(head) == [
+        "Measured on X; torch 2.13.0+cpu; 2026-11-29 05:40 UTC; by `./run.sh --steady`.",
+        "Sides: new = abc, sb3 = stable-baselines3 2.9.2, torchrl = torchrl 0.14 (torch 2.12.0).",
+    ]
+
+
 def test_steady_brief_gives_medians_and_says_how_many_rounds():
     """Three rounds: the README's cut shows our median (not the min-max the whole table has beside it), our ratio to
     each peer with its range (SB3's in a twin's row: to its eager run, as the whole table has it), one row a script of
@@ -644,9 +659,9 @@ def test_steady_brief_gives_medians_and_says_how_many_rounds():
     ])  # fmt: skip
     brief = plot.steady_brief(whole, "x.md")
     assert "3 rounds: medians" in brief and "(259–264)" not in brief and "ratio to LeanRL, SB3," in brief
-    assert "| run | ours | ours / LeanRL | ours / SB3 | warm-up s |" in brief
-    assert "| `a.py` | 262 | 1.22x (1.21x–1.23x) | 0.9x (0.8x–1.0x) | 7.68 |" in brief
-    assert "| `a_torchcompile.py --compile` | 400 | 2.0x (1.9x–2.1x) | 1.4x (1.3x–1.5x) | 30.5 |" in brief
-    assert "| `b.py` | 10,299 | — | — | 2.68 |" in brief and brief.count("| `") == 3  # one row a script of ours
+    assert "| pair | run | ours | ours / LeanRL | ours / SB3 | warm-up s |" in brief
+    assert "| `a` | eager | 262 | 1.22x (1.21–1.23) | 0.9x (0.8–1.0) | 7.68 |" in brief
+    assert "|  | twin --compile | 400 | 2.0x (1.9–2.1) | 1.4x (1.3–1.5) | 30.5 |" in brief
+    assert "| `b` | eager | 10,299 | — | — | 2.68 |" in brief and brief.count("\n| ") == 4  # one row a script of ours
     no_peer = whole.replace("| peer |", "| base |").replace("| sb3 |", "| base |")
     assert plot.steady_brief(no_peer, "x.md") == no_peer

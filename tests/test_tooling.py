@@ -88,7 +88,7 @@ def test_a_table_names_the_commits_of_its_runs_and_one_run_on_uncommitted_change
     table = lambda *lines: plot.speed_markdown(plot.group_runs(plot.read_results(write_results(tmp_path, lines))), [])
     assert "by `./run.sh --quick` at commits `abc1234`, `def5678`;" in table(eager, dict(twin, commit="def5678"))
     unnamed = {k: v for k, v in twin.items() if k != "commit"}  # a results line from before the field
-    assert "at commit `abc1234`, and runs at a commit not recorded" in table(eager, unnamed)
+    assert "at commit `abc1234`, and runs from before commits were recorded" in table(eager, unnamed)
     readme = tmp_path / "docs.md"
     readme.write_text("x\n<!-- speed-table:start -->\nold\n<!-- speed-table:end -->\n")
     results = write_results(tmp_path, [eager, dict(twin, commit="abc1234 + uncommitted changes")])
