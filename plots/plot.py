@@ -584,12 +584,29 @@ def steady_run(label):
 
 
 def brief_head(lines):
-    """The README's cut of a steady table's two head lines, shorter: no output folder in the command, and no torch
-    named again after a peer when it is the measurement's torch."""
+    """The README's cut of a steady table's two head lines, shorter: no output folder in the command and no rounds (the
+    table's line says them), each side as the README names it, and no torch named again after a peer when it is the
+    measurement's torch."""
     torch = re.search(r"; torch ([^;]+);", lines[0])
-    lines = [re.sub(r" --results-dir \S+?`", "`", lines[0].replace("Measured on cpu; CPU ", "Measured on ")),
-             *lines[1:]]  # fmt: skip
-    return [line.replace(f" (torch {torch.group(1)})", "") if torch else line for line in lines]
+    first = re.sub(r" --results-dir \S+?`", "`", lines[0].replace("Measured on cpu; CPU ", "Measured on "))
+    first = re.sub(r"; \d+ interleaved round\(s\)", "", first).replace(
+        "an empty compile cache for each run", "cold compile caches"
+    )
+    out = [first]
+    for line in lines[1:]:
+        if torch:
+            line = line.replace(f" (torch {torch.group(1)})", "")
+        if line.startswith("Sides: "):  # "new = abc, sb3 = stable-baselines3 2.9.2" -> "ours at abc; SB3 2.9.2"
+            sides = re.findall(r"(\w+) = (.*?)(?=, \w+ = |\.$)", line.removeprefix("Sides: "))
+            named = [
+                f"ours at {what}" if side == "new"
+                else what if side not in PEER_NAMES or what.startswith(PEER_NAMES[side])
+                else f"{PEER_NAMES[side]} {what.split(' ', 1)[-1]}"
+                for side, what in sides
+            ]  # fmt: skip
+            line = f"Sides: {'; '.join(named)}." if sides else line
+        out.append(line)
+    return out
 
 
 def publish_steady(table, results):

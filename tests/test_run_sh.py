@@ -625,16 +625,20 @@ def test_publishing_a_remeasure_puts_it_beside_the_whole_table_and_a_whole_one_r
     assert not list(results.glob("steady_cpu_*.md"))
 
 
-def test_the_steady_cut_head_drops_the_output_folder_and_a_peers_torch_when_it_is_ours():
-    """The README's cut of a steady table's head: the command without its --results-dir, and a peer's torch named only
-    where it differs from the measurement's; a cut that kept either, or dropped a different torch, fails."""
+def test_the_steady_cut_head_is_shorter_and_keeps_what_was_measured():
+    """The README's cut of a steady table's head: the command without its --results-dir, the rounds left to the table's
+    line, each side as the README names it, and a peer's torch named only where it differs from the measurement's; a
+    cut that kept the folder, lost a side's version or commit, or dropped a different torch, fails."""
     head = [
-        "Measured on cpu; CPU X; torch 2.13.0+cpu; 2026-11-29 05:40 UTC; by `./run.sh --steady --results-dir <dir>`.",
-        "Sides: new = abc, sb3 = stable-baselines3 2.9.2 (torch 2.13.0+cpu), torchrl = torchrl 0.14 (torch 2.12.0).",
+        "Measured on cpu; CPU X; torch 2.13.0+cpu; 2026-11-29 05:40 UTC; an empty compile cache for each run; "
+        "3 interleaved round(s); by `./run.sh --steady --rounds 3 --results-dir <dir>`.",
+        "Sides: new = abc, peer = LeanRL (patched, see docs), sb3 = stable-baselines3 2.9.2 (torch 2.13.0+cpu), "
+        "torchrl = torchrl 0.14 tensordict 0.14.3 (torch 2.12.0).",
     ]
     assert plot.brief_head(head) == [
-        "Measured on X; torch 2.13.0+cpu; 2026-11-29 05:40 UTC; by `./run.sh --steady`.",
-        "Sides: new = abc, sb3 = stable-baselines3 2.9.2, torchrl = torchrl 0.14 (torch 2.12.0).",
+        "Measured on X; torch 2.13.0+cpu; 2026-11-29 05:40 UTC; cold compile caches; "
+        "by `./run.sh --steady --rounds 3`.",
+        "Sides: ours at abc; LeanRL (patched, see docs); SB3 2.9.2; TorchRL 0.14 tensordict 0.14.3 (torch 2.12.0).",
     ]
 
 
