@@ -1034,7 +1034,10 @@ def time_to_score_brief(records, link):
     commits = defaultdict(set)
     for rec in records:
         commits[machine_of(rec)].add(f"`{(rec['machine'].get('commit') or 'no commit')[:7]}`")
-    stamps = "; ".join(f"{machine}, {', '.join(sorted(c))}" for machine, c in commits.items())
+    # more than three commits: their count (the linked table names each row's)
+    stamps = "; ".join(
+        f"{machine}, {', '.join(sorted(c)) if len(c) <= 3 else f'{len(c)} commits'}" for machine, c in commits.items()
+    )
     out = [
         f"Beside SB3 at rl-baselines3-zoo's settings, on {stamps}: minutes from launch (cold compile included) to the "
         f"target, else the last-100 mean at the stop ([all columns]({link})).",
