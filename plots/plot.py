@@ -561,14 +561,17 @@ def steady_brief(table, link, parts=()):
                 ratios = [re.sub(r"x([–)])", r"\1", ratio) for ratio in ratios]  # "1.2x (1.1x–1.3x)": "1.2x (1.1–1.3)"
                 ours[row[0]] = [steady_pair(row[0]), steady_run(row[0]), median_of(row[3]), *ratios, median_of(row[5])]
     head = brief_head([line for line in table.strip().splitlines() if not line.startswith("|")][:2])
+    remeasures, day = [], steady_measured(table)[0][:10]
     for rows, _, text, where in parsed[1:]:
         date, commit, rounds = steady_measured(text)
         pairs = ", ".join(dict.fromkeys(steady_pair(row[0]) for row in rows if row[1] not in PEER_NAMES))
-        head.append(f"{pairs}: re-measured {date} at {commit}, {rounds} rounds ([table]({where})).")
+        when = "" if date[:10] == day else f" on {date[:10]}"  # the whole table's day: said in its head
+        remeasures.append(f"{pairs}{when} at {commit}, {rounds} rounds ([table]({where}))")
+    head += [f"Re-measured: {'; '.join(remeasures)}."] if remeasures else []
     rounds = steady_measured(table)[2]
     how = "one round" if rounds == 1 else f"{rounds} rounds: medians and the ratio's range"
     names = [PEER_NAMES[side] for side in present]
-    out = [*head, "", f"Steps per CPU-second, ours and our ratio to {', '.join(names)}, {how} ([theirs]({link})).", ""]
+    out = [*head, "", f"Steps per CPU-second, ours and our ratio to each peer, {how} ([theirs]({link})).", ""]
     out += ["| pair | run | ours | " + " | ".join(f"ours / {n}" for n in names) + " | warm-up s |"]
     out += ["|---" * (4 + len(names)) + "|"]
     pairs = [cells[0] for cells in ours.values()]
@@ -584,14 +587,14 @@ def steady_run(label):
 
 
 def brief_head(lines):
-    """The README's cut of a steady table's two head lines, shorter: no output folder in the command and no rounds (the
-    table's line says them), each side as the README names it, and no torch named again after a peer when it is the
-    measurement's torch."""
+    """The README's cut of a steady table's two head lines, shorter: the day without the hour, no load average (the
+    whole table has both), no output folder in the command, no rounds (the table's line says them), each side as the
+    README names it (how LeanRL was patched: the text around the table), no torch named again after a peer when it is
+    the measurement's torch."""
     torch = re.search(r"; torch ([^;]+);", lines[0])
     first = re.sub(r" --results-dir \S+?`", "`", lines[0].replace("Measured on cpu; CPU ", "Measured on "))
-    first = re.sub(r"; \d+ interleaved round\(s\)", "", first).replace(
-        "an empty compile cache for each run", "cold compile caches"
-    )
+    first = re.sub(r"; \d+ interleaved round\(s\)|, load average [\d.]+ at start| \d\d:\d\d UTC", "", first)
+    first = first.replace("an empty compile cache for each run", "cold compile caches")
     out = [first]
     for line in lines[1:]:
         if torch:
@@ -604,7 +607,7 @@ def brief_head(lines):
                 else f"{PEER_NAMES[side]} {what.split(' ', 1)[-1]}"
                 for side, what in sides
             ]  # fmt: skip
-            line = f"Sides: {'; '.join(named)}." if sides else line
+            line = re.sub(r" \(patched, see [^)]*\)", " (patched)", f"Sides: {'; '.join(named)}." if sides else line)
         out.append(line)
     return out
 

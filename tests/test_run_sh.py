@@ -566,7 +566,11 @@ def test_readme_steady_table_is_the_committed_harness_table():
         for name, side in peers.items():  # the range without its x's: "1.2x (1.1–1.3)"
             want = ours[columns.index(f"new/{side}, CPU-s")] or "—"
             assert cells[f"ours / {name}"] == re.sub(r"x([–)])", r"\1", want)
-    assert shown == [label for label, side in rows if side == "new"]  # every script of ours, in the table's order
+    # every script of ours, in the table's order, then the scripts only a re-measure has
+    scripts = [label for label, side in rows if side == "new"]
+    for text, _ in sorted(parts, key=lambda part: plot.steady_measured(part[0])[0]):
+        scripts += [cells[0] for cells in plot.steady_rows(text)[0] if cells[1] == "new" and cells[0] not in scripts]
+    assert shown == scripts
 
 
 STEADY_HEAD = "Measured on cpu; CPU X; torch 2; 2026-11-2{day} 05:40 UTC; 3 interleaved round(s); by `cmd`.\n"
@@ -599,7 +603,10 @@ def test_a_remeasure_of_some_scripts_replaces_their_rows_in_the_cut_and_says_whe
         "|  | twin --compile | 160 | 1.4x (0.5–2) | 4.1 |",
         "| `b` | eager | 70 | 1.1x (0.5–2) | 4.1 |",
     ]
-    assert "\na: re-measured 2026-11-29 05:40 at ccc3333, 3 rounds ([table](late.md)).\n" in brief
+    assert (
+        "\nRe-measured: a on 2026-11-28 at bbb2222, 3 rounds ([table](early.md)); a on 2026-11-29 at ccc3333, 3 rounds "
+        "([table](late.md)).\n" in brief
+    )
     assert brief.index("early.md") < brief.index("late.md") and "[theirs](w.md)" in brief
 
 
@@ -626,19 +633,21 @@ def test_publishing_a_remeasure_puts_it_beside_the_whole_table_and_a_whole_one_r
 
 
 def test_the_steady_cut_head_is_shorter_and_keeps_what_was_measured():
-    """The README's cut of a steady table's head: the command without its --results-dir, the rounds left to the table's
-    line, each side as the README names it, and a peer's torch named only where it differs from the measurement's; a
-    cut that kept the folder, lost a side's version or commit, or dropped a different torch, fails."""
+    """The README's cut of a steady table's head: the day without the hour, no load average, the command without its
+    --results-dir, the rounds left to the table's line, each side as the README names it, and a peer's torch named
+    only where it differs from the measurement's; a cut that kept the folder, lost the day, a side's version or our
+    commit, or dropped a different torch, fails."""
     head = [
-        "Measured on cpu; CPU X; torch 2.13.0+cpu; 2026-11-29 05:40 UTC; an empty compile cache for each run; "
-        "3 interleaved round(s); by `./run.sh --steady --rounds 3 --results-dir <dir>`.",
+        "Measured on cpu; CPU X (2 cores, pinned to core 1, load average 3.48 at start); torch 2.13.0+cpu; "
+        "2026-11-29 05:40 UTC; an empty compile cache for each run; 3 interleaved round(s); "
+        "by `./run.sh --steady --rounds 3 --results-dir <dir>`.",
         "Sides: new = abc, peer = LeanRL (patched, see docs), sb3 = stable-baselines3 2.9.2 (torch 2.13.0+cpu), "
         "torchrl = torchrl 0.14 tensordict 0.14.3 (torch 2.12.0).",
     ]
     assert plot.brief_head(head) == [
-        "Measured on X; torch 2.13.0+cpu; 2026-11-29 05:40 UTC; cold compile caches; "
+        "Measured on X (2 cores, pinned to core 1); torch 2.13.0+cpu; 2026-11-29; cold compile caches; "
         "by `./run.sh --steady --rounds 3`.",
-        "Sides: ours at abc; LeanRL (patched, see docs); SB3 2.9.2; TorchRL 0.14 tensordict 0.14.3 (torch 2.12.0).",
+        "Sides: ours at abc; LeanRL (patched); SB3 2.9.2; TorchRL 0.14 tensordict 0.14.3 (torch 2.12.0).",
     ]
 
 
@@ -662,7 +671,7 @@ def test_steady_brief_gives_medians_and_says_how_many_rounds():
         "| `b.py` | new | 3/3 | 10,299 (10,100–10,400) | 10,290 | 2.68 (2.60–2.70) | 2 | 9 |  |  |  |  |",
     ])  # fmt: skip
     brief = plot.steady_brief(whole, "x.md")
-    assert "3 rounds: medians" in brief and "(259–264)" not in brief and "ratio to LeanRL, SB3," in brief
+    assert "3 rounds: medians" in brief and "(259–264)" not in brief and "ratio to each peer," in brief
     assert "| pair | run | ours | ours / LeanRL | ours / SB3 | warm-up s |" in brief
     assert "| `a` | eager | 262 | 1.22x (1.21–1.23) | 0.9x (0.8–1.0) | 7.68 |" in brief
     assert "|  | twin --compile | 400 | 2.0x (1.9–2.1) | 1.4x (1.3–1.5) | 30.5 |" in brief
