@@ -128,6 +128,42 @@ def make_envs(env_id, num_envs, video_dir=None):
     return gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
+def layer_init(layer, std=2**0.5, bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, obs_dim, n_actions):  # (trick: the tensor env's sizes, no gymnasium envs to read them from)
+        super().__init__()  # (trick: obs_dim and n_actions given, above)
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, n_actions), std=0.01),  # (trick: the tensor env's sizes, above)
+        )
+
+    def forward(self, x):  # (trick: the logits and the value in one call, the one functional_call makes)
+        return self.actor(x), self.critic(x).squeeze(-1)
+
+
+def agent_outputs(network, params, obs):
+    """Each seed's (logits, value) of its own obs: params, Agent's parameters stacked along a first seed dim (N, ...);
+    obs (N, B, obs_dim); returns (N, B, n_actions) and (N, B). `network` is the skeleton whose forward runs with each
+    seed's params."""
+    # trick: N seeds' agents as one: vmap of functional_call over the stacked parameters, batched matmuls, one call
+    return torch.func.vmap(partial(functional_call, network))(params, (obs,))
+
+
 def splitmix64(z):
     """splitmix64's mixing function on int64 tensors (bit for bit its uint64 one: products wrap modulo 2^64, and a
     right shift keeps the bits a logical shift keeps, the sign bits masked off)."""
@@ -184,42 +220,6 @@ def cartpole_step(state, elapsed, action, reset_state, gravity=9.8, masscart=1.0
     done = terminated | truncated
     next_state = torch.where(done[..., None], reset_state, final_state)
     return next_state, torch.where(done, 0, elapsed), torch.ones_like(x), terminated, truncated, final_state
-
-
-def layer_init(layer, std=2**0.5, bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-class Agent(nn.Module):
-    def __init__(self, obs_dim, n_actions):  # (trick: the tensor env's sizes, no gymnasium envs to read them from)
-        super().__init__()  # (trick: obs_dim and n_actions given, above)
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, n_actions), std=0.01),  # (trick: the tensor env's sizes, above)
-        )
-
-    def forward(self, x):  # (trick: the logits and the value in one call, the one functional_call makes)
-        return self.actor(x), self.critic(x).squeeze(-1)
-
-
-def agent_outputs(network, params, obs):
-    """Each seed's (logits, value) of its own obs: params, Agent's parameters stacked along a first seed dim (N, ...);
-    obs (N, B, obs_dim); returns (N, B, n_actions) and (N, B). `network` is the skeleton whose forward runs with each
-    seed's params."""
-    # trick: N seeds' agents as one: vmap of functional_call over the stacked parameters, batched matmuls, one call
-    return torch.func.vmap(partial(functional_call, network))(params, (obs,))
 
 
 def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):

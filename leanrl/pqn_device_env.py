@@ -118,6 +118,38 @@ def make_envs(env_id, num_envs, video_dir=None):
     return gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
+def layer_init(layer, std=2**0.5, bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class QNetwork(nn.Module):
+    """CleanRL's MLP with a LayerNorm after each hidden layer: it keeps TD learning stable without a target network."""
+
+    def __init__(self, obs_dim, n_actions):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 120)),
+            nn.LayerNorm(120),
+            nn.ReLU(),
+            layer_init(nn.Linear(120, 84)),
+            nn.LayerNorm(84),
+            nn.ReLU(),
+            layer_init(nn.Linear(84, n_actions)),
+        )
+
+    def forward(self, x):
+        return self.network(x)
+
+
+def q_values(network, params, obs):
+    """Each seed's Q-values of its own obs: params, QNetwork's parameters stacked along a first seed dim (N, ...); obs
+    (N, B, obs_dim); returns (N, B, n_actions). `network` is the skeleton whose forward runs with each seed's params."""
+    # trick: N seeds' networks as one: vmap of functional_call over the stacked parameters, batched matmuls, one call
+    return torch.func.vmap(partial(functional_call, network))(params, (obs,))
+
+
 def splitmix64(z):
     """splitmix64's mixing function on int64 tensors (bit for bit its uint64 one: products wrap modulo 2^64, and a
     right shift keeps the bits a logical shift keeps, the sign bits masked off)."""
@@ -174,38 +206,6 @@ def cartpole_step(state, elapsed, action, reset_state, gravity=9.8, masscart=1.0
     done = terminated | truncated
     next_state = torch.where(done[..., None], reset_state, final_state)
     return next_state, torch.where(done, 0, elapsed), torch.ones_like(x), terminated, truncated, final_state
-
-
-def layer_init(layer, std=2**0.5, bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-class QNetwork(nn.Module):
-    """CleanRL's MLP with a LayerNorm after each hidden layer: it keeps TD learning stable without a target network."""
-
-    def __init__(self, obs_dim, n_actions):
-        super().__init__()
-        self.network = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 120)),
-            nn.LayerNorm(120),
-            nn.ReLU(),
-            layer_init(nn.Linear(120, 84)),
-            nn.LayerNorm(84),
-            nn.ReLU(),
-            layer_init(nn.Linear(84, n_actions)),
-        )
-
-    def forward(self, x):
-        return self.network(x)
-
-
-def q_values(network, params, obs):
-    """Each seed's Q-values of its own obs: params, QNetwork's parameters stacked along a first seed dim (N, ...); obs
-    (N, B, obs_dim); returns (N, B, n_actions). `network` is the skeleton whose forward runs with each seed's params."""
-    # trick: N seeds' networks as one: vmap of functional_call over the stacked parameters, batched matmuls, one call
-    return torch.func.vmap(partial(functional_call, network))(params, (obs,))
 
 
 def linear_schedule(start_e, end_e, duration, t):

@@ -479,6 +479,10 @@ def test_scripts_read_like_cleanrl(capsys):
         assert eager_lines <= max_lines, f"{pair}.py has {eager_lines} lines, more than {max_lines}"
         assert diff <= max_diff, f"{pair}: the twin's diff is {diff} changed lines, more than {max_diff}"
         assert first_eager < 150 and first_twin < 150, f"{pair}: first network at line {first_eager} / {first_twin}"
+    for third in ("pqn_device_env.py", "ppo_device_env.py"):  # the third files read in the same order
+        lines = (ROOT / "leanrl" / third).read_text().splitlines()
+        first = next(i for i, line in enumerate(lines, 1) if re.match(r"class \w+\((nn\.)?Module\)", line))
+        assert first < 150, f"{third}: first network at line {first}"
 
 
 def test_no_script_keeps_a_copy_of_the_bookkeeping():
