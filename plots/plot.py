@@ -574,9 +574,9 @@ def steady_brief(table, link, parts=()):
     out = [*head, "", f"Steps per CPU-second, ours and our ratio to each peer, {how} ([theirs]({link})).", ""]
     out += ["| pair | run | ours | " + " | ".join(f"ours / {n}" for n in names) + " | warm-up s |"]
     out += ["|---" * (4 + len(names)) + "|"]
-    pairs = [cells[0] for cells in ours.values()]
+    row_pairs = [cells[0] for cells in ours.values()]
     for i, cells in enumerate(ours.values()):  # a pair named once, on its first row
-        out.append("| " + " | ".join([f"`{cells[0]}`" if cells[0] not in pairs[:i] else "", *cells[1:]]) + " |")
+        out.append("| " + " | ".join([f"`{cells[0]}`" if cells[0] not in row_pairs[:i] else "", *cells[1:]]) + " |")
     return "\n".join(out) + "\n"
 
 
